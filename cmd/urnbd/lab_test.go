@@ -1,0 +1,220 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/urnbd/urnbd/internal/labtest"
+)
+
+// labCLI runs the urnbd binary with a private run directory.
+type labCLI struct {
+	t      *testing.T
+	bin    string
+	runDir string
+}
+
+func newLabCLI(t *testing.T) *labCLI {
+	labtest.NeedUblk(t)
+	c := &labCLI{t: t, bin: labtest.Binary(t), runDir: t.TempDir()}
+	t.Cleanup(func() { c.run("ublk", "del", "--all") })
+	return c
+}
+
+func (c *labCLI) cmd(args ...string) *exec.Cmd {
+	cmd := exec.Command(c.bin, args...)
+	cmd.Env = append(os.Environ(), "URNBD_RUN_DIR="+c.runDir)
+	return cmd
+}
+
+func (c *labCLI) run(args ...string) (string, error) {
+	out, err := c.cmd(args...).CombinedOutput()
+	return strings.TrimSpace(string(out)), err
+}
+
+func (c *labCLI) must(args ...string) string {
+	c.t.Helper()
+	out, err := c.run(args...)
+	if err != nil {
+		c.t.Fatalf("urnbd %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+func (c *labCLI) list() []ublkListEntry {
+	c.t.Helper()
+	var entries []ublkListEntry
+	if err := json.Unmarshal([]byte(c.must("ublk", "list", "--format", "json")), &entries); err != nil {
+		c.t.Fatal(err)
+	}
+	return entries
+}
+
+func (c *labCLI) entry(dev string) *ublkListEntry {
+	for _, e := range c.list() {
+		if e.Device == dev {
+			return &e
+		}
+	}
+	return nil
+}
+
+func backing(t *testing.T, size int64) string {
+	path := filepath.Join(t.TempDir(), "backing.img")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Truncate(size)
+	f.Close()
+	return path
+}
+
+func TestLabCLIAddListDel(t *testing.T) {
+	c := newLabCLI(t)
+	file := backing(t, 64<<20)
+	dev := c.must("ublk", "add", "loop", "--file", file, "--queues", "2")
+	if !strings.HasPrefix(dev, "/dev/ublkb") {
+		t.Fatalf("add printed %q, want a device path", dev)
+	}
+	null := c.must("ublk", "add", "null", "--size", "2G")
+	e := c.entry(dev)
+	if e == nil || e.Target != "loop" || e.Backing != file || e.State != "live" || e.SizeBytes != 64<<20 || e.Queues != 2 {
+		t.Errorf("list entry for %s: %+v", dev, e)
+	}
+	if n := c.entry(null); n == nil || n.Target != "null" || n.SizeBytes != 2<<30 {
+		t.Errorf("list entry for %s: %+v", null, n)
+	}
+	table := c.must("ublk", "list")
+	if !strings.Contains(table, dev) || !strings.Contains(table, file) {
+		t.Errorf("table lacks the device:\n%s", table)
+	}
+	c.must("ublk", "del", dev)
+	if c.entry(dev) != nil {
+		t.Errorf("%s still listed after del", dev)
+	}
+	if _, err := os.Stat(dev); !os.IsNotExist(err) {
+		t.Errorf("%s still exists", dev)
+	}
+	// The daemon exits once its device is gone.
+	if c.entry(null) == nil {
+		t.Fatalf("%s vanished", null)
+	}
+}
+
+func TestLabCLIErrors(t *testing.T) {
+	c := newLabCLI(t)
+	missing := filepath.Join(t.TempDir(), "no-such-file")
+	out, err := c.run("ublk", "add", "loop", "--file", missing)
+	var exit *exec.ExitError
+	if err == nil || !errorsAs(err, &exit) || exit.ExitCode() != int(syscall.ENOENT) {
+		t.Errorf("add with a missing file: %v, want exit status ENOENT (2)\n%s", err, out)
+	}
+	if !strings.Contains(out, missing) {
+		t.Errorf("message does not name the file: %s", out)
+	}
+	out, err = c.run("ublk", "del", "4000")
+	if err == nil || !strings.Contains(out, "does not exist") {
+		t.Errorf("del of a missing device: %v %s", err, out)
+	}
+	out, err = c.run("ublk", "add", "null", "--size", "lots")
+	if err == nil || !strings.Contains(out, "size") {
+		t.Errorf("bad size: %v %s", err, out)
+	}
+}
+
+func errorsAs(err error, target **exec.ExitError) bool {
+	e, ok := err.(*exec.ExitError)
+	if ok {
+		*target = e
+	}
+	return ok
+}
+
+// startFio runs the verify workload in the background; the returned func
+// waits for it and returns its result.
+func startFio(t *testing.T, args []string) func() (*labtest.FioResult, string, error) {
+	labtest.NeedCommand(t, "fio")
+	out := filepath.Join(t.TempDir(), "fio.json")
+	cmd := exec.Command("fio", append([]string{"--output-format=json", "--output=" + out}, args...)...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return func() (*labtest.FioResult, string, error) {
+		err := cmd.Wait()
+		var res labtest.FioResult
+		b, _ := os.ReadFile(out)
+		if i := strings.IndexByte(string(b), '{'); i >= 0 {
+			json.Unmarshal(b[i:], &res)
+		}
+		return &res, stderr.String(), err
+	}
+}
+
+func TestLabCLIRecoverUnderLoad(t *testing.T) {
+	c := newLabCLI(t)
+	file := backing(t, 256<<20)
+	dev := c.must("ublk", "add", "loop", "--file", file, "--queues", "2")
+	e := c.entry(dev)
+	if e == nil {
+		t.Fatal("device not listed")
+	}
+	wait := startFio(t, labtest.VerifyArgs(dev, "96M"))
+	time.Sleep(3 * time.Second)
+	if err := syscall.Kill(int(e.PID), syscall.SIGKILL); err != nil {
+		t.Fatalf("kill -9 %d: %v", e.PID, err)
+	}
+	if !labtest.WaitFor(15*time.Second, func() bool {
+		n := c.entry(dev)
+		return n != nil && n.State == "quiesced"
+	}) {
+		t.Fatalf("device did not become quiesced after its server died: %+v", c.entry(dev))
+	}
+	if _, err := os.Stat(dev); err != nil {
+		t.Fatalf("device disappeared with its server: %v", err)
+	}
+	id := strings.TrimPrefix(dev, "/dev/ublkb")
+	c.must("ublk", "recover", id)
+	n := c.entry(dev)
+	if n == nil || n.State != "live" || n.PID == e.PID {
+		t.Fatalf("after recover: %+v", n)
+	}
+	res, stderr, err := wait()
+	if err != nil || res.Errors() != 0 || res.IOs() == 0 {
+		t.Fatalf("fio across the restart: %v, %d job errors, %d I/Os\n%s", err, res.Errors(), res.IOs(), stderr)
+	}
+	t.Logf("fio across kill -9 and recover: %d I/Os, 0 errors", res.IOs())
+}
+
+func TestLabCLIDelUnderLoadFailsIO(t *testing.T) {
+	c := newLabCLI(t)
+	dev := c.must("ublk", "add", "null", "--size", "1G", "--queues", "2")
+	wait := startFio(t, []string{"--name=load", "--filename=" + dev, "--ioengine=io_uring", "--direct=1",
+		"--rw=randread", "--bs=4k", "--iodepth=32", "--time_based", "--runtime=60"})
+	time.Sleep(2 * time.Second)
+	c.must("ublk", "del", dev)
+	done := make(chan struct{})
+	var err error
+	go func() { _, _, err = wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("fio hangs after its device was deleted")
+	}
+	if err == nil {
+		t.Error("fio succeeded although its device was deleted under it")
+	}
+	if _, serr := os.Stat(dev); !os.IsNotExist(serr) {
+		t.Errorf("%s still exists", dev)
+	}
+	fmt.Fprintln(os.Stderr, "fio after del:", err)
+}

@@ -1,0 +1,43 @@
+// Command urnbd maps block devices that live on other hosts, over RTRS on
+// RDMA or TCP, as local ublk devices, and serves them. See the README.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
+)
+
+func main() {
+	app := &cli.App{
+		Name:  "urnbd",
+		Usage: "userspace RNBD/RTRS network block device",
+		Description: "urnbd exports block devices and files from a server and maps them on clients\n" +
+			"as /dev/ublkbN, over RTRS on RDMA (wire-compatible with the kernel's rnbd/rtrs) or TCP.",
+		Commands: []*cli.Command{
+			ublkCommand(),
+		},
+		HideHelpCommand: true,
+	}
+	if err := app.Run(os.Args); err != nil {
+		fmt.Fprintf(os.Stderr, "urnbd: %v\n", err)
+		os.Exit(exitCode(err))
+	}
+}
+
+// exitCode maps an error to the process exit status: the errno when there is
+// one (so scripts can tell EEXIST from ENOENT), else 1.
+func exitCode(err error) int {
+	var errno unix.Errno
+	if errors.As(err, &errno) && errno > 0 && errno < 126 {
+		return int(errno)
+	}
+	var ec cli.ExitCoder
+	if errors.As(err, &ec) {
+		return ec.ExitCode()
+	}
+	return 1
+}

@@ -1,0 +1,25 @@
+// Package rnbd implements the RNBD block protocol of the Linux kernel,
+// version 2.0 as in Linux 6.12, on top of package rtrs: its wire messages,
+// the server's exports and backends, and the client's device mapping.
+//
+// # Wire codecs
+//
+// RNBD messages travel as the user message of RTRS requests; responses to
+// SessInfo and Open come back as the data of an RTRS READ. Each message has a
+// Go type with the conventions of package rtrs:
+//
+//	Size() int
+//	MarshalTo(b []byte) (int, error)
+//	Unmarshal(b []byte) error
+//
+// little-endian, no allocation, input longer than the message accepted,
+// reserved and padding bytes ignored, errors wrapping the shared sentinels
+// ErrTruncated, ErrShortBuffer, ErrBadType and ErrOutOfRange (the same values
+// as rtrs's), receiver unchanged on error.
+//
+// Messages: MsgHdr (PeekType for dispatch), SessInfo, SessInfoRsp, Open,
+// OpenRsp, Close and IO (with RW = op + FlagSync/FlagFUA). AccessMode has
+// String and ParseAccessMode. ResolveDevPath is the kernel server's rule
+// that turns dev_search_path, the session name and Open's dev_name into the
+// path to open.
+package rnbd

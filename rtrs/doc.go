@@ -1,0 +1,46 @@
+// Package rtrs implements the RTRS transport (RDMA Transport) of the Linux
+// kernel, protocol version 2.0 as in Linux 6.12: its wire messages, sessions,
+// paths and per-CPU connections, over RDMA verbs and over TCP.
+//
+// It knows nothing of ublk or of the block layer: its users hand it a user
+// header and buffers from a registered region and get a completion back.
+//
+// # Wire codecs
+//
+// Every RTRS message has a Go type with the same three methods:
+//
+//	Size() int                          // encoded size in bytes
+//	MarshalTo(b []byte) (int, error)    // encode into b, return bytes written
+//	Unmarshal(b []byte) error           // decode and validate b
+//
+// Multi-byte fields are little-endian. MarshalTo never allocates; it refuses
+// to encode a value that Unmarshal would reject, and fails with
+// ErrShortBuffer when b is too small. Unmarshal accepts input longer than
+// the message (as the kernel accepts a received length >= sizeof) and
+// ignores reserved bytes, but rejects truncated input, a wrong magic, a wrong
+// major version, an unexpected type and out-of-range fields. Errors wrap
+// one of the sentinels ErrTruncated, ErrShortBuffer, ErrBadMagic,
+// ErrBadVersion, ErrBadType, ErrOutOfRange and ErrMsgSize (use errors.Is)
+// and say which message and field were wrong; on error the receiver is left
+// unchanged. Fixed-size messages decode without allocating; messages with
+// descriptor arrays (InfoRsp, RdmaReadMsg) decode into the capacity of the
+// caller's Desc slice. Checks that need session parameters (queue depth,
+// chunk size) are separate: ImmCodec, InfoRsp.ChunkBufs, RkeyRsp.CheckBufID,
+// ParseIOReq.
+//
+// Messages: ConnReq and ConnRsp (RDMA CM private data), InfoReq and InfoRsp
+// (session establishment on connection 0), RdmaWriteMsg and RdmaReadMsg (the
+// RTRS header of an IO request inside a server chunk), RkeyRsp (new rkey
+// after always_invalidate), SGDesc (remote buffer descriptor).
+//
+// Immediate data (IO_REQ, IO_RSP, IO_RSP_W_INV, HB_MSG, HB_ACK) is encoded
+// and decoded by an ImmCodec built from the session's queue depth and chunk
+// size; ImmToNet/ImmFromNet convert to the network byte order of the verbs
+// API.
+//
+// An IO request lies in a chunk as data at offset 0, the user message after
+// it and the RTRS header after that; the immediate carries the header's
+// offset. WriteLayout and ReadLayout compute that layout on the client,
+// ParseIOReq takes it apart on the server, PutWriteReq/PutReadReq build it
+// in a chunk-shaped buffer.
+package rtrs

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The whole test suite: lint, host tests (unit, race, short fuzzing), then
+# one lab boot for everything that needs a real ublk/RDMA kernel. This is
+# what `make test` and CI run. Prints "N passed, N failed" at the end.
+#
+#   tools/test.sh           everything
+#   tools/test.sh host      lint and host tests only
+#   tools/test.sh lab       lab tests only
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+what=${1:-all}
+GO=$(bash tools/deps.sh | sed -n 's/^GO=//p')
+export PATH="$(dirname "$GO"):$root/.cache/bin:$PATH"
+export GOFLAGS=${GOFLAGS:-}
+passed=0 failed=0 failures=()
+step() { # step NAME CMD...: run a step, count it, keep going
+  local name=$1; shift
+  local t0=$SECONDS
+  echo "=== $name"
+  if "$@"; then
+    passed=$((passed + 1)); echo "--- ok   $name ($((SECONDS - t0))s)"
+  else
+    failed=$((failed + 1)); failures+=("$name"); echo "--- FAIL $name ($((SECONDS - t0))s)"
+  fi
+}
+
+lint() {
+  local bad
+  bad=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.cache/*'))
+  [ -z "$bad" ] || { echo "gofmt would change: $bad"; return 1; }
+  go vet ./...
+  if [ ! -x .cache/bin/staticcheck ]; then
+    GOBIN="$root/.cache/bin" go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
+  fi
+  .cache/bin/staticcheck ./...
+}
+
+fuzz_short() { # every Fuzz target, a few seconds each
+  local pkg f
+  for pkg in $(go list ./...); do
+    for f in $(go test -list '^Fuzz' "$pkg" 2>/dev/null | grep '^Fuzz' || true); do
+      echo "fuzz $pkg $f"
+      go test -run '^$' -fuzz "^$f\$" -fuzztime "${URNBD_FUZZTIME:-5s}" "$pkg" || return 1
+    done
+  done
+}
+
+lab_build() {
+  mkdir -p .cache/lab/bin
+  go build -o .cache/lab/bin/urnbd ./cmd/urnbd
+  local pkg name
+  for pkg in $(go list ./...); do
+    if grep -qls 'func TestLab' "$(go list -f '{{.Dir}}' "$pkg")"/*_test.go 2>/dev/null; then
+      name=$(basename "$pkg")
+      go test -c -o ".cache/lab/bin/$name.test" "$pkg"
+    fi
+  done
+}
+
+lab_suite() {
+  tools/lab/lab build-rnbd
+  URNBD_BIN="$root/.cache/lab/bin/urnbd" tools/lab/lab run --timeout 2400 -- tools/lab/tests/suite.sh
+}
+
+if [ "$what" = all ] || [ "$what" = host ]; then
+  step lint lint
+  step "go test -race (host)" go test -race -count=1 ./...
+  step "fuzz (short)" fuzz_short
+  step "vagrant validate" tools/lab/validate-vagrant.sh
+fi
+if [ "$what" = all ] || [ "$what" = lab ]; then
+  step "build lab binaries" lab_build
+  step "lab suite (ublk, kernel RNBD, soft-RoCE)" lab_suite
+fi
+echo
+((failed == 0)) || printf 'failed: %s\n' "${failures[@]}"
+echo "$passed passed, $failed failed"
+((failed == 0))

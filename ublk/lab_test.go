@@ -1,0 +1,215 @@
+package ublk_test
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/urnbd/urnbd/internal/labtest"
+	"github.com/urnbd/urnbd/ublk"
+)
+
+func openControl(t *testing.T) *ublk.Control {
+	t.Helper()
+	labtest.NeedUblk(t)
+	ctrl, err := ublk.OpenControl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ctrl.Close() })
+	return ctrl
+}
+
+func create(t *testing.T, ctrl *ublk.Control, opts ublk.Options, target ublk.Target) *ublk.Device {
+	t.Helper()
+	dev, err := ublk.Create(ctrl, opts, target)
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	t.Cleanup(func() {
+		if _, err := os.Stat(ublk.BlockPath(dev.ID())); err == nil {
+			dev.Delete()
+		}
+	})
+	return dev
+}
+
+func sysfsSectors(t *testing.T, id uint32) uint64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/sys/block/ublkb%d/size", id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestLabNullDevice(t *testing.T) {
+	ctrl := openControl(t)
+	dev := create(t, ctrl, ublk.Options{ID: -1, Size: 1 << 30, Queues: 2, Depth: 64}, ublk.NullTarget{})
+	if got := sysfsSectors(t, dev.ID()); got != 1<<21 {
+		t.Errorf("size = %d sectors, want %d", got, 1<<21)
+	}
+	info, err := ctrl.DevInfo(dev.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State != ublk.StateLive || info.NrHWQueues != 2 || info.QueueDepth != 64 || info.ServerPID != int32(os.Getpid()) {
+		t.Errorf("info = %+v", info)
+	}
+	if info.Flags&ublk.FlagUserRecovery == 0 {
+		t.Errorf("flags %#x lack user recovery", info.Flags)
+	}
+	res, stderr, err := labtest.Fio(t, "--name=null", "--filename="+ublk.BlockPath(dev.ID()),
+		"--ioengine=io_uring", "--direct=1", "--rw=randrw", "--bs=4k", "--iodepth=32",
+		"--numjobs=2", "--time_based", "--runtime=2")
+	if err != nil || res.Errors() != 0 {
+		t.Fatalf("fio: %v, %d job errors\n%s", err, res.Errors(), stderr)
+	}
+	if res.IOs() == 0 {
+		t.Fatal("fio did no I/O")
+	}
+	t.Logf("null: %.0f IOPS", res.IOPS())
+	if err := dev.Delete(); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	if _, err := os.Stat(ublk.BlockPath(dev.ID())); !os.IsNotExist(err) {
+		t.Errorf("%s still exists after delete", ublk.BlockPath(dev.ID()))
+	}
+	if _, err := ctrl.DevInfo(dev.ID()); err == nil {
+		t.Error("device info still available after delete")
+	}
+}
+
+func backingFile(t *testing.T, size int64) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "backing.img")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(size); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	return path
+}
+
+func loopDevice(t *testing.T, ctrl *ublk.Control, path string, queues int) (*ublk.Device, *ublk.LoopTarget) {
+	t.Helper()
+	target, err := ublk.OpenLoop(path, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := target.Options()
+	opts.Queues = queues
+	dev := create(t, ctrl, opts, target)
+	t.Cleanup(func() { target.Close() })
+	return dev, target
+}
+
+func fioVerify(t *testing.T, dev string, perJob string) {
+	t.Helper()
+	res, stderr, err := labtest.Fio(t, labtest.VerifyArgs(dev, perJob)...)
+	if err != nil || res.Errors() != 0 {
+		t.Fatalf("fio verify on %s: %v, %d job errors\n%s", dev, err, res.Errors(), stderr)
+	}
+	if res.IOs() == 0 {
+		t.Fatal("fio did no I/O")
+	}
+	t.Logf("verify on %s: %d I/Os, 0 errors", dev, res.IOs())
+}
+
+func TestLabLoopVerifyFile(t *testing.T) {
+	ctrl := openControl(t)
+	dev, target := loopDevice(t, ctrl, backingFile(t, 256<<20), 2)
+	t.Logf("backing file O_DIRECT: %v", target.Direct())
+	fioVerify(t, ublk.BlockPath(dev.ID()), "96M")
+}
+
+func TestLabLoopVerifyBlockDevice(t *testing.T) {
+	ctrl := openControl(t)
+	if _, err := os.Stat("/dev/ram0"); err != nil {
+		if out, err := exec.Command("modprobe", "brd", "rd_nr=1", "rd_size=262144").CombinedOutput(); err != nil {
+			t.Skipf("no ram disk to back the device: modprobe brd: %v %s", err, out)
+		}
+	}
+	dev, target := loopDevice(t, ctrl, "/dev/ram0", 2)
+	if !target.Direct() {
+		t.Error("a block device should open with O_DIRECT")
+	}
+	fioVerify(t, ublk.BlockPath(dev.ID()), "96M")
+}
+
+// Each queue must see its own descriptors: write distinct data from each
+// CPU (so through each queue) and compare the backing file byte for byte.
+func TestLabQueuesSeeTheirOwnRequests(t *testing.T) {
+	ctrl := openControl(t)
+	labtest.NeedCommand(t, "taskset")
+	path := backingFile(t, 16<<20)
+	dev, _ := loopDevice(t, ctrl, path, 2)
+	blk := ublk.BlockPath(dev.ID())
+	want := make([]byte, 16<<20)
+	for cpu := 0; cpu < 2; cpu++ {
+		chunk := bytes.Repeat([]byte{byte('A' + cpu)}, 4<<20)
+		off := cpu * (8 << 20)
+		copy(want[off:], chunk)
+		src := filepath.Join(t.TempDir(), "chunk")
+		if err := os.WriteFile(src, chunk, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		labtest.Run(t, "taskset", "-c", strconv.Itoa(cpu), "dd", "if="+src, "of="+blk, "bs=64k",
+			"seek="+strconv.Itoa(off/(64<<10)), "oflag=direct", "conv=notrunc,fsync", "status=none")
+	}
+	// Read back through the device from the other CPU, then from the file.
+	for cpu := 0; cpu < 2; cpu++ {
+		out, err := exec.Command("taskset", "-c", strconv.Itoa(1-cpu), "dd", "if="+blk, "bs=1M",
+			"iflag=direct", "status=none").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(out, want) {
+			t.Fatalf("device read on CPU %d differs from what was written", 1-cpu)
+		}
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("backing file differs from what was written through the device")
+	}
+}
+
+func TestLabLoopDiscardAndWriteZeroes(t *testing.T) {
+	ctrl := openControl(t)
+	labtest.NeedCommand(t, "blkdiscard")
+	path := backingFile(t, 16<<20)
+	ones := bytes.Repeat([]byte{0xff}, 16<<20)
+	if err := os.WriteFile(path, ones, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dev, _ := loopDevice(t, ctrl, path, 1)
+	blk := ublk.BlockPath(dev.ID())
+	// Discard the first 4 MiB, write zeroes over the next 4 MiB.
+	labtest.Run(t, "blkdiscard", "-o", "0", "-l", strconv.Itoa(4<<20), blk)
+	labtest.Run(t, "blkdiscard", "-z", "-o", strconv.Itoa(4<<20), "-l", strconv.Itoa(4<<20), blk)
+	out, err := exec.Command("dd", "if="+blk, "bs=1M", "iflag=direct", "status=none").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(out[:8<<20], make([]byte, 8<<20)) {
+		t.Error("discarded / zeroed range does not read back as zeroes")
+	}
+	if !bytes.Equal(out[8<<20:], ones[8<<20:]) {
+		t.Error("data beyond the discarded range changed")
+	}
+}

@@ -1,0 +1,205 @@
+package ublk
+
+import (
+	"fmt"
+	"runtime"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/urnbd/urnbd/uring"
+)
+
+// Queue is one hardware queue of a device: one OS thread, pinned to the CPUs
+// that the kernel maps to the queue, around one io_uring. Its exported
+// methods may be called only from a QueueHandler, on the queue's thread.
+type Queue struct {
+	id     uint16
+	depth  int
+	maxIO  int
+	charFd int32
+	cpus   unix.CPUSet
+
+	ring    *uring.Ring
+	descMem []byte
+	descs   []IODesc
+	bufs    []byte
+	reqs    []Request
+	handler QueueHandler
+	onCQE   func(*uring.CQE) // q.handleCQE, made once so reaping does not allocate
+
+	live int // tags that the kernel has not aborted
+	err  error
+}
+
+// ID returns the queue's index.
+func (q *Queue) ID() uint16 { return q.id }
+
+// Depth returns the number of tags of the queue.
+func (q *Queue) Depth() int { return q.depth }
+
+// Ring returns the queue's io_uring. A QueueHandler may submit its own
+// entries to it, with user data made by TargetUserData, and get their
+// completions in OnCompletion.
+func (q *Queue) Ring() *uring.Ring { return q.ring }
+
+// Buffer returns the whole I/O buffer of tag (MaxIOBytes long).
+func (q *Queue) Buffer(tag uint16) []byte {
+	off := int(tag) * q.maxIO
+	return q.bufs[off : off+q.maxIO : off+q.maxIO]
+}
+
+// GetSQE returns a free submission entry of the queue's ring, submitting
+// what is pending first if the submission queue is full.
+func (q *Queue) GetSQE() *uring.SQE {
+	for {
+		if sqe := q.ring.GetSQE(); sqe != nil {
+			return sqe
+		}
+		if _, err := q.ring.Submit(); err != nil && err != unix.EBUSY && err != unix.EAGAIN {
+			// The ring is broken; nothing this queue can do but stop.
+			panic(fmt.Sprintf("ublk queue %d: submit: %v", q.id, err))
+		}
+	}
+}
+
+// Complete ends request tag with res: the number of bytes transferred for a
+// read or write, 0 for other successful operations, or a negative errno.
+// It queues the tag's COMMIT_AND_FETCH_REQ, which also fetches the next
+// request for the tag.
+func (q *Queue) Complete(tag uint16, res int32) {
+	q.queueCmd(opCommitAndFetchReq, tag, res)
+}
+
+func (q *Queue) queueCmd(op uint32, tag uint16, res int32) {
+	sqe := q.GetSQE()
+	sqe.PrepUringCmd(q.charFd, op, uint64(tag))
+	cmd := ioCmdOf(sqe)
+	cmd.QueueID = q.id
+	cmd.Tag = tag
+	cmd.Result = res
+	cmd.Addr = uint64(uintptr(unsafe.Pointer(unsafe.SliceData(q.bufs)))) + uint64(int(tag)*q.maxIO)
+}
+
+// ioCmdOf returns the 16-byte command area of a 64-byte entry: sqe->cmd at
+// offset 48, over Addr3 and the padding after it. Set after PrepUringCmd.
+func ioCmdOf(sqe *uring.SQE) *IOCmd {
+	return (*IOCmd)(unsafe.Pointer(&sqe.Addr3))
+}
+
+// setup maps the descriptor area and makes the ring; on the queue's thread.
+func (q *Queue) setup(target Target) error {
+	pageSize := unix.Getpagesize()
+	mem, err := unix.Mmap(int(q.charFd), descAreaOffset(int(q.id), pageSize),
+		descAreaLen(q.depth, pageSize), unix.PROT_READ, unix.MAP_SHARED|unix.MAP_POPULATE)
+	if err != nil {
+		return fmt.Errorf("queue %d: mmap descriptors: %w", q.id, err)
+	}
+	q.descMem = mem
+	q.descs = unsafe.Slice((*IODesc)(unsafe.Pointer(&mem[0])), q.depth)
+
+	entries := uint32(1)
+	for entries < uint32(2*q.depth) {
+		entries <<= 1
+	}
+	// A single issuer with deferred task work suits a queue: one thread
+	// submits, and completions are reaped only when it waits. Older
+	// kernels refuse these flags; then run without them.
+	q.ring, err = uring.New(entries, uring.SetupSingleIssuer|uring.SetupDeferTaskrun|uring.SetupCoopTaskrun)
+	if err != nil {
+		q.ring, err = uring.New(entries, 0)
+	}
+	if err != nil {
+		return fmt.Errorf("queue %d: %w", q.id, err)
+	}
+	q.reqs = make([]Request, q.depth)
+	q.onCQE = q.handleCQE
+	q.handler, err = target.NewQueue(q)
+	if err != nil {
+		return fmt.Errorf("queue %d: target: %w", q.id, err)
+	}
+	for tag := 0; tag < q.depth; tag++ {
+		q.queueCmd(opFetchReq, uint16(tag), 0)
+	}
+	q.live = q.depth
+	if _, err := q.ring.Submit(); err != nil {
+		return fmt.Errorf("queue %d: submit FETCH_REQ: %w", q.id, err)
+	}
+	return nil
+}
+
+// run is the queue's goroutine: setup, then the event loop until every tag
+// is aborted (the device was stopped or deleted).
+func (q *Queue) run(target Target, ready chan<- error) {
+	runtime.LockOSThread()
+	// The thread stays locked: it exits with the goroutine rather than
+	// going back to the scheduler with a narrowed CPU affinity.
+	if q.cpus.Count() > 0 {
+		if err := unix.SchedSetaffinity(0, &q.cpus); err != nil {
+			ready <- fmt.Errorf("queue %d: set CPU affinity: %w", q.id, err)
+			return
+		}
+	}
+	if err := q.setup(target); err != nil {
+		q.teardown()
+		ready <- err
+		return
+	}
+	ready <- nil
+	q.err = q.loop()
+	q.teardown()
+}
+
+func (q *Queue) loop() error {
+	for q.live > 0 {
+		if _, err := q.ring.SubmitAndWait(1); err != nil {
+			return fmt.Errorf("queue %d: %w", q.id, err)
+		}
+		q.ring.ForEachCQE(q.onCQE)
+	}
+	return nil
+}
+
+func (q *Queue) handleCQE(cqe *uring.CQE) {
+	if cqe.UserData&userDataTarget != 0 {
+		q.handler.OnCompletion(cqe.UserData, cqe.Res, cqe.Flags)
+		return
+	}
+	tag := uint16(cqe.UserData)
+	if cqe.Res != ioResOK {
+		// Aborted (device stopping) or refused: the tag is finished.
+		q.live--
+		return
+	}
+	d := &q.descs[tag]
+	req := &q.reqs[tag]
+	req.Op = d.Op()
+	req.Flags = d.OpFlags &^ 0xff
+	req.StartSector = d.StartSector
+	req.NrSectors = d.NrSectors
+	req.Buf = nil
+	if req.Op == OpRead || req.Op == OpWrite {
+		n := int(d.NrSectors) << 9
+		if n > q.maxIO {
+			q.Complete(tag, -int32(unix.EINVAL))
+			return
+		}
+		req.Buf = q.Buffer(tag)[:n]
+	}
+	q.handler.Handle(tag, req)
+}
+
+func (q *Queue) teardown() {
+	if q.handler != nil {
+		q.handler.Close()
+		q.handler = nil
+	}
+	if q.ring != nil {
+		q.ring.Close()
+		q.ring = nil
+	}
+	if q.descMem != nil {
+		unix.Munmap(q.descMem)
+		q.descMem, q.descs = nil, nil
+	}
+}
