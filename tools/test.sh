@@ -6,6 +6,8 @@
 #   tools/test.sh           everything
 #   tools/test.sh host      lint and host tests only
 #   tools/test.sh lab       lab tests only
+#   tools/test.sh lint      gofmt, go vet, staticcheck
+#   tools/test.sh fuzz      every fuzz target for URNBD_FUZZTIME (default 60s)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -63,6 +65,10 @@ lab_suite() {
   URNBD_BIN="$root/.cache/lab/bin/urnbd" tools/lab/lab run --timeout 2400 -- tools/lab/tests/suite.sh
 }
 
+case $what in
+  lint) step lint lint ;;
+  fuzz) URNBD_FUZZTIME=${URNBD_FUZZTIME:-60s} step fuzz fuzz_short ;;
+esac
 if [ "$what" = all ] || [ "$what" = host ]; then
   step lint lint
   step "go test -race (host)" go test -race -count=1 ./...

@@ -212,4 +212,10 @@ func TestLabLoopDiscardAndWriteZeroes(t *testing.T) {
 	if !bytes.Equal(out[8<<20:], ones[8<<20:]) {
 		t.Error("data beyond the discarded range changed")
 	}
+	// blkdiscard -z falls back to writing zeroes itself when the device
+	// fails WRITE_ZEROES; the kernel logs that, and it must not happen.
+	if log, err := exec.Command("dmesg").Output(); err == nil &&
+		bytes.Contains(log, []byte("error, dev ublkb"+strconv.Itoa(int(dev.ID())))) {
+		t.Errorf("the kernel logged a failed request:\n%s", log)
+	}
 }

@@ -1,6 +1,7 @@
 package ublk
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"unsafe"
@@ -56,7 +57,7 @@ func (q *Queue) GetSQE() *uring.SQE {
 		if sqe := q.ring.GetSQE(); sqe != nil {
 			return sqe
 		}
-		if _, err := q.ring.Submit(); err != nil && err != unix.EBUSY && err != unix.EAGAIN {
+		if _, err := q.ring.Submit(); err != nil && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.EAGAIN) {
 			// The ring is broken; nothing this queue can do but stop.
 			panic(fmt.Sprintf("ublk queue %d: submit: %v", q.id, err))
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -20,6 +21,9 @@ type LoopTarget struct {
 	direct   bool
 	readOnly bool
 	lbs      uint32
+	// noZeroRange is set once the file system refuses FALLOC_FL_ZERO_RANGE
+	// (tmpfs does); write zeroes then punch holes, which read back as zeros.
+	noZeroRange atomic.Bool
 }
 
 // OpenLoop opens path for a loop target, with O_DIRECT where the file system
@@ -129,14 +133,26 @@ func (h *loopQueue) Handle(tag uint16, req *Request) {
 			h.q.Complete(tag, -int32(unix.EROFS))
 			return
 		}
-		mode := uint32(unix.FALLOC_FL_PUNCH_HOLE | unix.FALLOC_FL_KEEP_SIZE)
-		if req.Op == OpWriteZeroes && req.Flags&IOFlagNoUnmap != 0 {
-			mode = unix.FALLOC_FL_ZERO_RANGE | unix.FALLOC_FL_KEEP_SIZE
+		mode := uint32(modePunchHole)
+		if req.Op == OpWriteZeroes && req.Flags&IOFlagNoUnmap != 0 && !h.t.noZeroRange.Load() {
+			mode = modeZeroRange
 		}
-		h.q.GetSQE().PrepFallocate(h.fd, mode, uint64(req.Offset()), uint64(req.Len()), TargetUserData(uint64(tag)))
+		h.submitFallocate(tag, req, mode)
 	default:
 		h.q.Complete(tag, -int32(unix.EOPNOTSUPP))
 	}
+}
+
+const (
+	modePunchHole = unix.FALLOC_FL_PUNCH_HOLE | unix.FALLOC_FL_KEEP_SIZE
+	modeZeroRange = unix.FALLOC_FL_ZERO_RANGE | unix.FALLOC_FL_KEEP_SIZE
+)
+
+// submitFallocate queues a fallocate for tag; the mode is kept in the user
+// data so that a refused ZERO_RANGE can be retried as a hole punch.
+func (h *loopQueue) submitFallocate(tag uint16, req *Request, mode uint32) {
+	ud := TargetUserData(uint64(mode)<<16 | uint64(tag))
+	h.q.GetSQE().PrepFallocate(h.fd, mode, uint64(req.Offset()), uint64(req.Len()), ud)
 }
 
 // fsyncDatasync is IORING_FSYNC_DATASYNC.
@@ -163,6 +179,11 @@ func (h *loopQueue) submitRW(tag uint16, req *Request) {
 func (h *loopQueue) OnCompletion(userData uint64, res int32, _ uint32) {
 	tag := uint16(TargetValue(userData))
 	req := h.reqs[tag]
+	if res == -int32(unix.EOPNOTSUPP) && req.Op == OpWriteZeroes && TargetValue(userData)>>16 == modeZeroRange {
+		h.t.noZeroRange.Store(true)
+		h.submitFallocate(tag, req, modePunchHole)
+		return
+	}
 	if res == -int32(unix.EOPNOTSUPP) && req.Op == OpDiscard {
 		// Discard is advisory: a device that cannot punch holes has
 		// still done what was asked.

@@ -138,26 +138,49 @@ func errorsAs(err error, target **exec.ExitError) bool {
 	return ok
 }
 
-// startFio runs the verify workload in the background; the returned func
-// waits for it and returns its result.
-func startFio(t *testing.T, args []string) func() (*labtest.FioResult, string, error) {
+// bgFio is fio running in the background.
+type bgFio struct {
+	out    string
+	stderr strings.Builder
+	done   chan struct{}
+	err    error
+}
+
+// startFio runs fio in the background.
+func startFio(t *testing.T, args []string) *bgFio {
 	labtest.NeedCommand(t, "fio")
-	out := filepath.Join(t.TempDir(), "fio.json")
-	cmd := exec.Command("fio", append([]string{"--output-format=json", "--output=" + out}, args...)...)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
+	f := &bgFio{out: filepath.Join(t.TempDir(), "fio.json"), done: make(chan struct{})}
+	cmd := exec.Command("fio", append([]string{"--output-format=json", "--output=" + f.out}, args...)...)
+	cmd.Stderr = &f.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	return func() (*labtest.FioResult, string, error) {
-		err := cmd.Wait()
-		var res labtest.FioResult
-		b, _ := os.ReadFile(out)
-		if i := strings.IndexByte(string(b), '{'); i >= 0 {
-			json.Unmarshal(b[i:], &res)
-		}
-		return &res, stderr.String(), err
+	go func() { f.err = cmd.Wait(); close(f.done) }()
+	return f
+}
+
+func (f *bgFio) running() bool {
+	select {
+	case <-f.done:
+		return false
+	default:
+		return true
 	}
+}
+
+// wait waits for fio to end, up to timeout, and returns its result.
+func (f *bgFio) wait(t *testing.T, timeout time.Duration) (*labtest.FioResult, string, error) {
+	select {
+	case <-f.done:
+	case <-time.After(timeout):
+		t.Fatalf("fio still running after %v: hung", timeout)
+	}
+	var res labtest.FioResult
+	b, _ := os.ReadFile(f.out)
+	if i := strings.IndexByte(string(b), '{'); i >= 0 {
+		json.Unmarshal(b[i:], &res)
+	}
+	return &res, f.stderr.String(), f.err
 }
 
 func TestLabCLIRecoverUnderLoad(t *testing.T) {
@@ -168,8 +191,11 @@ func TestLabCLIRecoverUnderLoad(t *testing.T) {
 	if e == nil {
 		t.Fatal("device not listed")
 	}
-	wait := startFio(t, labtest.VerifyArgs(dev, "96M"))
-	time.Sleep(3 * time.Second)
+	fio := startFio(t, labtest.VerifyArgs(dev, "128M"))
+	time.Sleep(1500 * time.Millisecond)
+	if !fio.running() {
+		t.Fatal("fio ended before the server was killed; the test proves nothing")
+	}
 	if err := syscall.Kill(int(e.PID), syscall.SIGKILL); err != nil {
 		t.Fatalf("kill -9 %d: %v", e.PID, err)
 	}
@@ -188,7 +214,7 @@ func TestLabCLIRecoverUnderLoad(t *testing.T) {
 	if n == nil || n.State != "live" || n.PID == e.PID {
 		t.Fatalf("after recover: %+v", n)
 	}
-	res, stderr, err := wait()
+	res, stderr, err := fio.wait(t, 5*time.Minute)
 	if err != nil || res.Errors() != 0 || res.IOs() == 0 {
 		t.Fatalf("fio across the restart: %v, %d job errors, %d I/Os\n%s", err, res.Errors(), res.IOs(), stderr)
 	}
@@ -198,18 +224,14 @@ func TestLabCLIRecoverUnderLoad(t *testing.T) {
 func TestLabCLIDelUnderLoadFailsIO(t *testing.T) {
 	c := newLabCLI(t)
 	dev := c.must("ublk", "add", "null", "--size", "1G", "--queues", "2")
-	wait := startFio(t, []string{"--name=load", "--filename=" + dev, "--ioengine=io_uring", "--direct=1",
+	fio := startFio(t, []string{"--name=load", "--filename=" + dev, "--ioengine=io_uring", "--direct=1",
 		"--rw=randread", "--bs=4k", "--iodepth=32", "--time_based", "--runtime=60"})
 	time.Sleep(2 * time.Second)
-	c.must("ublk", "del", dev)
-	done := make(chan struct{})
-	var err error
-	go func() { _, _, err = wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("fio hangs after its device was deleted")
+	if !fio.running() {
+		t.Fatal("fio ended before the device was deleted")
 	}
+	c.must("ublk", "del", dev)
+	_, _, err := fio.wait(t, 30*time.Second)
 	if err == nil {
 		t.Error("fio succeeded although its device was deleted under it")
 	}

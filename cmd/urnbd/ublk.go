@@ -200,8 +200,14 @@ func (s *ublkSpec) target() (ublk.Target, ublk.Options, func(), error) {
 	return nil, ublk.Options{}, nil, fmt.Errorf("unknown target %q: %w", s.Target, unix.EINVAL)
 }
 
+// foreground reports whether this process serves the device itself: asked
+// to, or it is the daemon that a parent started.
+func foreground(c *cli.Context) bool {
+	return c.Bool("foreground") || os.Getenv(notifyEnv) != ""
+}
+
 func addDevice(c *cli.Context, spec *ublkSpec) error {
-	if !c.Bool("foreground") {
+	if !foreground(c) {
 		return daemonize()
 	}
 	target, opts, closeTarget, err := spec.target()
@@ -239,7 +245,7 @@ func recoverDevice(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if !c.Bool("foreground") {
+	if !foreground(c) {
 		return daemonize()
 	}
 	spec, err := loadSpec(id)
