@@ -50,6 +50,7 @@ fuzz_short() { # every Fuzz target, a few seconds each
 
 lab_build() {
   mkdir -p .cache/lab/bin
+  rm -f .cache/lab/bin/*.test
   go build -o .cache/lab/bin/urnbd ./cmd/urnbd
   local pkg name
   for pkg in $(go list ./...); do
@@ -62,7 +63,8 @@ lab_build() {
 
 lab_suite() {
   tools/lab/lab build-rnbd
-  URNBD_BIN="$root/.cache/lab/bin/urnbd" tools/lab/lab run --timeout 2400 -- tools/lab/tests/suite.sh
+  URNBD_BIN="$root/.cache/lab/bin/urnbd" tools/lab/lab run --timeout 2400 -- \
+    tools/lab/tests/run-all.sh go-tests.sh kernel-rnbd-smoke.sh rdma-smoke.sh
 }
 
 case $what in

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/urnbd/urnbd/internal/labtest"
 	"github.com/urnbd/urnbd/ublk"
 )
@@ -218,4 +220,82 @@ func TestLabLoopDiscardAndWriteZeroes(t *testing.T) {
 		bytes.Contains(log, []byte("error, dev ublkb"+strconv.Itoa(int(dev.ID())))) {
 		t.Errorf("the kernel logged a failed request:\n%s", log)
 	}
+}
+
+// readLoop reads n 4 KiB blocks of dev with O_DIRECT from this goroutine.
+func readLoop(tb testing.TB, f *os.File, buf []byte, n int) {
+	for i := 0; i < n; i++ {
+		if _, err := unix.Pread(int(f.Fd()), buf, int64(i%1024)*4096); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
+func openDirect(tb testing.TB, path string) (*os.File, []byte) {
+	f, err := os.OpenFile(path, os.O_RDWR|unix.O_DIRECT, 0)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	buf, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return f, buf
+}
+
+// The queue loops allocate nothing per I/O: the count is process-wide, so it
+// covers the queue threads serving the reads as well as the reader.
+func TestLabQueueLoopAllocatesNothing(t *testing.T) {
+	ctrl := openControl(t)
+	for _, tc := range []struct {
+		name   string
+		target func() (ublk.Target, ublk.Options)
+	}{
+		{"null", func() (ublk.Target, ublk.Options) {
+			return ublk.NullTarget{}, ublk.Options{ID: -1, Size: 64 << 20}
+		}},
+		{"loop", func() (ublk.Target, ublk.Options) {
+			lt, err := ublk.OpenLoop(backingFile(t, 64<<20), false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { lt.Close() })
+			return lt, lt.Options()
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			target, opts := tc.target()
+			opts.Queues = 2
+			dev := create(t, ctrl, opts, target)
+			f, buf := openDirect(t, ublk.BlockPath(dev.ID()))
+			defer f.Close()
+			readLoop(t, f, buf, 100) // warm up
+			allocs := testing.AllocsPerRun(5, func() { readLoop(t, f, buf, 200) })
+			if perIO := allocs / 200; perIO > 0.01 {
+				t.Errorf("%.3f allocations per I/O, want 0", perIO)
+			}
+		})
+	}
+}
+
+// BenchmarkLabNullRead: 4 KiB O_DIRECT reads at queue depth 1 through a
+// ublk null device; -benchmem shows the allocations per I/O of the whole
+// process, the queue threads included.
+func BenchmarkLabNullRead(b *testing.B) {
+	labtest.NeedUblk(b)
+	ctrl, err := ublk.OpenControl()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ctrl.Close()
+	dev, err := ublk.Create(ctrl, ublk.Options{ID: -1, Size: 64 << 20, Queues: 1}, ublk.NullTarget{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer dev.Delete()
+	f, buf := openDirect(b, ublk.BlockPath(dev.ID()))
+	defer f.Close()
+	b.ReportAllocs()
+	b.ResetTimer()
+	readLoop(b, f, buf, b.N)
 }

@@ -137,7 +137,7 @@ func VerifyArgs(dev string, sizePerJob string) []string {
 		"--name=verify", "--filename=" + dev, "--ioengine=io_uring", "--direct=1",
 		"--rw=randrw", "--bsrange=4k-256k", "--iodepth=64", "--numjobs=2",
 		"--size=" + sizePerJob, "--offset_increment=" + sizePerJob,
-		"--verify=crc32c", "--verify_fatal=1", "--do_verify=1", "--group_reporting=0",
+		"--verify=crc32c", "--verify_fatal=1", "--do_verify=1", "--verify_state_save=0",
 	}
 }
 

@@ -45,7 +45,7 @@ check_path() {
 
 	a0=$(tx "$va") b0=$(tx "$vb")
 	# rping: server on B, client from A.
-	timeout 60 rping -s -a "$ipb" -p "$port" -C 50 -S 4096 >/dev/null &
+	timeout 60 rping -s -a "$ipb" -p "$port" -C 50 -S 4096 >/dev/null 2>&1 &
 	spid=$!
 	PIDS+=("$spid")
 	local ok=

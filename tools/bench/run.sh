@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# make bench: Go benchmarks with -benchmem on the host, then the ublk
+# benchmarks in the lab VM (fio against the kernel's own devices, and the
+# allocation benchmark of the queue loop). Results: .cache/bench/.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+GO=$(bash tools/deps.sh | sed -n 's/^GO=//p')
+export PATH="$(dirname "$GO"):$PATH"
+mkdir -p .cache/bench .cache/lab/bin
+echo "== Go benchmarks (host)"
+go test -run '^$' -bench . -benchmem ./uring ./rtrs ./rnbd | tee .cache/bench/host.txt
+echo "== ublk in the lab"
+go build -o .cache/lab/bin/urnbd ./cmd/urnbd
+go test -c -o .cache/lab/bin/ublk.test ./ublk
+cat > .cache/lab/bench-guest.sh <<'EOS'
+#!/usr/bin/env bash
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+modprobe ublk_drv
+(cd ublk && ../.cache/lab/bin/ublk.test -test.run '^$' -test.bench 'BenchmarkLab' -test.benchmem) | tee "$LAB_OUT/ublk-gobench.txt"
+tools/bench/ublk-lab.sh
+EOS
+chmod +x .cache/lab/bench-guest.sh
+out=.cache/bench/lab-$(date +%Y%m%d-%H%M%S)
+URNBD_BIN="$root/.cache/lab/bin/urnbd" tools/lab/lab run --out "$out" -- .cache/lab/bench-guest.sh
+echo "results in $out"
