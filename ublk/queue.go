@@ -147,7 +147,9 @@ func (q *Queue) run(target Target, ready chan<- error) {
 		return
 	}
 	ready <- nil
-	q.err = q.loop()
+	if err := q.loop(); err != nil {
+		q.err = err
+	}
 	q.teardown()
 }
 
@@ -167,8 +169,17 @@ func (q *Queue) handleCQE(cqe *uring.CQE) {
 		return
 	}
 	tag := uint16(cqe.UserData)
-	if cqe.Res != ioResOK {
-		// Aborted (device stopping) or refused: the tag is finished.
+	switch cqe.Res {
+	case ioResOK:
+	case ioResAbort:
+		// The device is stopping: the tag is finished.
+		q.live--
+		return
+	default:
+		// The kernel refused the command; the tag is lost to this queue.
+		if q.err == nil {
+			q.err = fmt.Errorf("queue %d tag %d: command refused: %w", q.id, tag, unix.Errno(-cqe.Res))
+		}
 		q.live--
 		return
 	}

@@ -240,3 +240,27 @@ func TestLabCLIDelUnderLoadFailsIO(t *testing.T) {
 	}
 	fmt.Fprintln(os.Stderr, "fio after del:", err)
 }
+
+// A device whose server died can still be deleted: it does not linger.
+func TestLabCLIDelAfterServerDied(t *testing.T) {
+	c := newLabCLI(t)
+	dev := c.must("ublk", "add", "null", "--size", "1G")
+	e := c.entry(dev)
+	if e == nil {
+		t.Fatal("device not listed")
+	}
+	syscall.Kill(int(e.PID), syscall.SIGKILL)
+	if !labtest.WaitFor(15*time.Second, func() bool {
+		n := c.entry(dev)
+		return n != nil && n.State == "quiesced"
+	}) {
+		t.Fatalf("device did not become quiesced: %+v", c.entry(dev))
+	}
+	c.must("ublk", "del", dev)
+	if c.entry(dev) != nil {
+		t.Fatal("device still listed after del")
+	}
+	if _, err := os.Stat(filepath.Join(c.runDir, "ublk", strings.TrimPrefix(dev, "/dev/ublkb")+".json")); !os.IsNotExist(err) {
+		t.Errorf("record of the deleted device is left behind: %v", err)
+	}
+}

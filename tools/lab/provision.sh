@@ -52,12 +52,13 @@ is_loaded() { [[ -d /sys/module/${1//-/_} ]]; }
 # without parameters go in one modprobe call (process start-up is slow under
 # emulation).
 load() {
-	local m args plain=()
+	local m var args plain=()
 	for m in "$@"; do
 		read -ra args <<<"$(modargs "$m")"
 		if is_loaded "$m"; then
-			((${#args[@]} == 0)) ||
-				log "$m already loaded, not applying: ${args[*]}"
+			var=LAB_ARGS_$(printf '%s' "$m" | tr 'a-z-' 'A-Z_')
+			[[ ! -v $var ]] || ((${#args[@]} == 0)) ||
+				log "$m already loaded, not applying $var: ${args[*]}"
 			continue
 		fi
 		if ((${#args[@]} == 0)); then

@@ -1,0 +1,268 @@
+package tcp
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/urnbd/urnbd/rtrs"
+)
+
+// feedAll feeds stream to d in pieces of the sizes given by split (cycled)
+// and returns the frames (copied) and the first error.
+func feedAll(d *Decoder, stream []byte, split func() int) ([]frame, error) {
+	var out []frame
+	for len(stream) > 0 {
+		k := min(split(), len(stream))
+		p := stream[:k]
+		for len(p) > 0 {
+			n, f, err := d.Feed(p)
+			if err != nil {
+				return out, err
+			}
+			p = p[n:]
+			if f != nil {
+				out = append(out, frame{f.Header, bytes.Clone(f.Payload)})
+			}
+		}
+		stream = stream[k:]
+	}
+	return out, d.End()
+}
+
+func serverDecoder(t testing.TB) *Decoder {
+	d := NewDecoder(ToServer)
+	d.SetSession(testCodec(t), nil)
+	return d
+}
+
+func TestDecoderSplits(t *testing.T) {
+	c := testCodec(t)
+	frames := []frame{
+		writeFrame(t, c, 1, bytes.Repeat([]byte{0xAB}, 1000), []byte("user message")),
+		readFrame(t, c, 5, 4096, make([]byte, 32)),
+		{HeartbeatHeader(false), nil},
+		{HeartbeatHeader(true), nil},
+		writeFrame(t, c, 0, nil, []byte{1, 2, 3, 4, 5, 6, 7, 8}),
+	}
+	var stream []byte
+	for _, f := range frames {
+		stream = append(stream, f.bytes(t)...)
+	}
+	for _, size := range []int{1, 2, 3, 7, 11, 12, 13, 100, len(stream)} {
+		got, err := feedAll(serverDecoder(t), stream, func() int { return size })
+		mustNoErr(t, err)
+		if len(got) != len(frames) {
+			t.Fatalf("split %d: %d frames, want %d", size, len(got), len(frames))
+		}
+		for i := range got {
+			if got[i].h != frames[i].h || !bytes.Equal(got[i].p, frames[i].p) {
+				t.Fatalf("split %d frame %d: %+v, want %+v", size, i, got[i].h, frames[i].h)
+			}
+		}
+	}
+	// The same stream through ReadFrame.
+	d := serverDecoder(t)
+	r := bytes.NewReader(stream)
+	for i := range frames {
+		f, err := d.ReadFrame(r)
+		mustNoErr(t, err)
+		if f.Header != frames[i].h || !bytes.Equal(f.Payload, frames[i].p) {
+			t.Fatalf("ReadFrame %d: %+v", i, f.Header)
+		}
+	}
+	if _, err := d.ReadFrame(r); err != io.EOF {
+		t.Fatalf("at end: %v, want io.EOF", err)
+	}
+}
+
+// The decoded IO_REQ payload, put at its offset in a chunk, parses with
+// rtrs.ParseIOReq exactly as an RDMA-written chunk would.
+func TestDecoderIOReqParses(t *testing.T) {
+	c := testCodec(t)
+	usr := []byte("0123456789abcdef0123456789abcdef")
+	for _, f := range []frame{
+		writeFrame(t, c, 3, bytes.Repeat([]byte{1}, 4096), usr),
+		readFrame(t, c, 4, 4096, usr),
+	} {
+		var chunks [testQD][testChunk]byte
+		d := serverDecoder(t)
+		d.SetSession(c, placerFunc(func(f *Frame) ([]byte, error) {
+			return chunks[f.Imm.BufID][f.Off:], nil
+		}))
+		got, err := d.ReadFrame(bytes.NewReader(f.bytes(t)))
+		mustNoErr(t, err)
+		req, err := rtrs.ParseIOReq(chunks[got.Imm.BufID][:], got.Imm.Off)
+		mustNoErr(t, err)
+		if !bytes.Equal(req.Usr, usr) || len(req.Data) != 4096 {
+			t.Fatalf("parsed %+v", req)
+		}
+	}
+}
+
+type placerFunc func(*Frame) ([]byte, error)
+
+func (p placerFunc) Place(f *Frame) ([]byte, error) { return p(f) }
+
+func TestDecoderRejects(t *testing.T) {
+	c := testCodec(t)
+	ioReq, err := c.IOReq(1, 100)
+	mustNoErr(t, err)
+	ioRspErr, err := c.IORsp(1, -5, false)
+	mustNoErr(t, err)
+	ioRspInv, err := c.IORsp(1, 0, true)
+	mustNoErr(t, err)
+	for _, tc := range []struct {
+		name string
+		dir  Direction
+		sess bool
+		h    Header
+		want error
+	}{
+		{"io before session", ToServer, false, Header{Imm: ioReq, Len: 104}, rtrs.ErrBadType},
+		{"hb before session", ToClient, false, HeartbeatHeader(false), rtrs.ErrBadType},
+		{"io_req to client", ToClient, true, Header{Imm: ioReq, Len: 104}, rtrs.ErrBadType},
+		{"io_rsp to server", ToServer, true, Header{Imm: 0x10000001}, rtrs.ErrBadType},
+		{"io_rsp_w_inv", ToClient, true, Header{Imm: ioRspInv}, rtrs.ErrBadType},
+		{"unknown imm type", ToServer, true, Header{Imm: 0x50000000}, rtrs.ErrBadType},
+		{"conn_rsp to server", ToServer, false, Header{Imm: CtrlConnRsp.Imm(), Len: 56}, rtrs.ErrBadType},
+		{"conn_req to client", ToClient, false, Header{Imm: CtrlConnReq.Imm(), Len: 56}, rtrs.ErrBadType},
+		{"unknown ctrl", ToServer, false, Header{Imm: CtrlKind(77).Imm()}, rtrs.ErrBadType},
+		{"ctrl too long", ToServer, false, Header{Imm: CtrlConnReq.Imm(), Len: MaxCtrlLen + 1}, rtrs.ErrMsgSize},
+		{"ctrl with offset", ToServer, false, Header{Imm: CtrlConnReq.Imm(), Len: 56, Off: 1}, rtrs.ErrOutOfRange},
+		{"io_req past chunk", ToServer, true, Header{Imm: ioReq, Len: testChunk, Off: 100}, rtrs.ErrMsgSize},
+		{"io_req huge len", ToServer, true, Header{Imm: ioReq, Len: 0xFFFFFFFF, Off: 100}, rtrs.ErrMsgSize},
+		{"io_req huge off", ToServer, true, Header{Imm: ioReq, Len: 104, Off: 0xFFFFFFF0}, rtrs.ErrMsgSize},
+		{"io_req header before payload", ToServer, true, Header{Imm: ioReq, Len: 10, Off: 101}, rtrs.ErrOutOfRange},
+		{"io_req header past payload", ToServer, true, Header{Imm: ioReq, Len: 103}, rtrs.ErrOutOfRange},
+		{"io_req bad buf id", ToServer, true, Header{Imm: testQD << (rtrs.ImmPayloadBits - 3), Len: 4}, rtrs.ErrOutOfRange},
+		{"io_rsp too long", ToClient, true, Header{Imm: 0x10000001, Len: testChunk + 1}, rtrs.ErrMsgSize},
+		{"io_rsp with offset", ToClient, true, Header{Imm: 0x10000001, Off: 4}, rtrs.ErrOutOfRange},
+		{"io_rsp error with data", ToClient, true, Header{Imm: ioRspErr, Len: 1}, rtrs.ErrOutOfRange},
+		{"hb with payload", ToServer, true, Header{Imm: rtrs.HeartbeatImm, Len: 1}, rtrs.ErrOutOfRange},
+		{"ack with offset", ToClient, true, Header{Imm: rtrs.HeartbeatAckImm, Off: 1}, rtrs.ErrOutOfRange},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := NewDecoder(tc.dir)
+			if tc.sess {
+				d.SetSession(c, nil)
+			}
+			var b [HeaderSize]byte
+			_, _ = tc.h.MarshalTo(b[:])
+			_, f, err := d.Feed(b[:])
+			if f != nil {
+				t.Fatalf("accepted %+v", f.Header)
+			}
+			wantErr(t, err, tc.want)
+			// Sticky: the decoder stays failed.
+			_, _, err2 := d.Feed(b[:])
+			if !errors.Is(err2, tc.want) || !errors.Is(d.End(), tc.want) {
+				t.Fatalf("error not sticky: %v", err2)
+			}
+		})
+	}
+}
+
+func TestDecoderTruncated(t *testing.T) {
+	c := testCodec(t)
+	stream := writeFrame(t, c, 1, make([]byte, 100), nil).bytes(t)
+	for cut := 1; cut < len(stream); cut++ {
+		_, err := feedAll(serverDecoder(t), stream[:cut], func() int { return 7 })
+		wantErr(t, err, rtrs.ErrTruncated)
+		_, err = serverDecoder(t).ReadFrame(bytes.NewReader(stream[:cut]))
+		wantErr(t, err, rtrs.ErrTruncated)
+	}
+}
+
+func TestDecoderPlacer(t *testing.T) {
+	c := testCodec(t)
+	rspH, err := IORspHeader(c, 5, 0, 512)
+	mustNoErr(t, err)
+	data := bytes.Repeat([]byte{0x5A}, 512)
+	stream := frame{rspH, data}.bytes(t)
+
+	var bufs [testQD][4096]byte
+	d := NewDecoder(ToClient)
+	d.SetSession(c, placerFunc(func(f *Frame) ([]byte, error) { return bufs[f.Imm.BufID][:], nil }))
+	f, err := d.ReadFrame(bytes.NewReader(stream))
+	mustNoErr(t, err)
+	if &f.Payload[0] != &bufs[5][0] || !bytes.Equal(bufs[5][:512], data) {
+		t.Fatal("payload not read into the placed buffer")
+	}
+
+	// A placer error or a too small buffer fails the decoder.
+	d = NewDecoder(ToClient)
+	d.SetSession(c, placerFunc(func(f *Frame) ([]byte, error) { return make([]byte, 10), nil }))
+	_, err = d.ReadFrame(bytes.NewReader(stream))
+	wantErr(t, err, rtrs.ErrShortBuffer)
+	boom := errors.New("no such request")
+	d = NewDecoder(ToClient)
+	d.SetSession(c, placerFunc(func(f *Frame) ([]byte, error) { return nil, boom }))
+	_, _, err = d.Feed(stream)
+	wantErr(t, err, boom)
+}
+
+// FuzzFrameDecoder feeds arbitrary bytes, split at arbitrary points, to a
+// decoder of either direction; it must never panic, must return only valid
+// frames, and must agree with ReadFrame on the same bytes.
+func FuzzFrameDecoder(f *testing.F) {
+	c := testCodec(f)
+	seed := writeFrame(f, c, 1, []byte("data"), []byte("usr")).bytes(f)
+	seed = append(seed, readFrame(f, c, 2, 64, []byte("usr")).bytes(f)...)
+	seed = append(seed, frame{HeartbeatHeader(false), nil}.bytes(f)...)
+	f.Add(seed, uint64(1), true)
+	rsp, _ := IORspHeader(c, 3, 0, 4)
+	f.Add(frame{rsp, []byte{1, 2, 3, 4}}.bytes(f), uint64(7), false)
+	var ctrl [HeaderSize + MaxCtrlLen]byte
+	n, _ := PutCtrl(ctrl[:], CtrlConnReq, &rtrs.ConnReq{CIDNum: 2, CID: 1})
+	f.Add(bytes.Clone(ctrl[:n]), uint64(3), true)
+	f.Add([]byte{}, uint64(0), false)
+
+	f.Fuzz(func(t *testing.T, data []byte, seed uint64, toServer bool) {
+		dir := ToClient
+		if toServer {
+			dir = ToServer
+		}
+		mk := func() *Decoder {
+			d := NewDecoder(dir)
+			if seed&1 == 1 {
+				d.SetSession(c, nil)
+			}
+			return d
+		}
+		rng := rand.New(rand.NewPCG(seed, seed>>32))
+		got, ferr := feedAll(mk(), data, func() int { return 1 + rng.IntN(64) })
+		for _, fr := range got {
+			if int(fr.h.Len) != len(fr.p) {
+				t.Fatalf("frame %+v with %d payload bytes", fr.h, len(fr.p))
+			}
+			if fr.h.Len > MaxCtrlLen && fr.h.Len > testChunk {
+				t.Fatalf("frame %+v over every limit", fr.h)
+			}
+		}
+		// ReadFrame on the same bytes: the same frames, the same outcome.
+		d := mk()
+		r := bytes.NewReader(data)
+		var rerr error
+		for i := 0; ; i++ {
+			fr, err := d.ReadFrame(r)
+			if err != nil {
+				if err != io.EOF {
+					rerr = err
+				}
+				if i != len(got) {
+					t.Fatalf("ReadFrame decoded %d frames, Feed %d", i, len(got))
+				}
+				break
+			}
+			if i >= len(got) || fr.Header != got[i].h || !bytes.Equal(fr.Payload, got[i].p) {
+				t.Fatalf("ReadFrame frame %d differs", i)
+			}
+		}
+		if (ferr == nil) != (rerr == nil) {
+			t.Fatalf("Feed error %v, ReadFrame error %v", ferr, rerr)
+		}
+	})
+}

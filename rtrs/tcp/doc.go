@@ -1,0 +1,71 @@
+// Package tcp carries RTRS over TCP, for hosts without RDMA. It keeps the
+// meaning of every RTRS message and immediate value, so that one
+// session/path layer can sit on both transports; only the carrier changes.
+//
+// # Framing
+//
+// Everything on a connection, in both directions, is a frame: a fixed
+// 12-byte header followed by the payload.
+//
+//	off 0  le32  imm   the 32-bit RTRS immediate, host-order value stored
+//	                   little-endian (not the network order of the verbs API)
+//	off 4  le32  len   payload length in bytes
+//	off 8  le32  off   chunk offset the payload is written at (IO_REQ only,
+//	                   else 0)
+//	off 12 len   payload
+//
+// A frame is the TCP form of one RDMA-WRITE-with-IMM or SEND: imm is its
+// immediate, off and len its remote address (relative to the chunk) and
+// length. The third word is why the header is not 8 bytes: a READ request
+// is written at chunk offset D (its data length), not 0, and the receiver
+// must know where to put the payload before it has seen the RTRS header at
+// its end.
+//
+// The immediate type (bits 31..28) says what the frame is:
+//
+//	type            dir  payload
+//	IO_REQ   (0)    c→s  exactly what an RDMA client writes into server chunk
+//	                     buf_id at chunk offset off: for a WRITE data, user
+//	                     message, RdmaWriteMsg from off 0; for a READ user
+//	                     message, RdmaReadMsg and descriptors from off D
+//	                     (rtrs.WriteLayout/ReadLayout: off = WriteOff,
+//	                     len = WriteLen; rtrs.PutWriteReq/PutReadReq build it).
+//	                     The immediate carries (buf_id, header offset) as over
+//	                     RDMA; the header must lie inside [off, off+len).
+//	IO_RSP   (1)    s→c  immediate (msg_id, errno); for a successful READ the
+//	                     read data (at most one chunk), else empty.
+//	HB_MSG   (8)    both empty
+//	HB_ACK   (9)    both empty
+//	CTRL     (15)   both a handshake message; the 28-bit payload of the
+//	                     immediate says which (CtrlKind): ConnReq (c→s),
+//	                     ConnRsp (s→c), InfoReq (c→s), InfoRsp (s→c), in the
+//	                     wire format of package rtrs; at most MaxCtrlLen bytes.
+//
+// Type 15 is unused by RTRS over RDMA; it marks the messages RDMA carries
+// out of band (CM private data) or as plain SENDs, so IO and heartbeat frames
+// are identical in meaning to their RDMA counterparts. IO_RSP_W_INV (2) and
+// RKEY_RSP do not exist over TCP: there are no rkeys to invalidate, and a
+// TCP server advertises flags 0 (no FlagNewRkey).
+//
+// A receiver rejects, and then closes the connection on, any frame whose
+// type is not allowed in its direction, whose IO frame arrives before the
+// connection response fixed the session parameters, whose length exceeds
+// the chunk size (max_io_size + max_hdr_size) or MaxCtrlLen, whose IO_REQ
+// does not fit its chunk or does not contain the header its immediate points
+// at, or which is truncated. Errors wrap the sentinels of package rtrs.
+//
+// # Connection setup
+//
+// A client connects the cids of a path one after another as the kernel
+// does: TCP connect, CTRL ConnReq, CTRL ConnRsp. The server applies the
+// checks of the kernel (RTRS-RNBD-WIRE.md §2.4) and answers a refusal with a
+// ConnRsp carrying the negative errno, then closes. When all cids are up,
+// the client sends InfoReq (session name) on cid 0 and the server answers
+// InfoRsp with a single descriptor {addr 0, key 0, len queue_depth·chunk}
+// (there is no memory registration over TCP), which passes the client's
+// usual checks. Every handshake read and write has a deadline.
+//
+// Over TCP two paths of a session are told apart by (source IP, destination
+// IP and port), so that two paths can run over loopback to two listeners;
+// the kernel compares only the IP pair.
+package tcp
