@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # tools/lab/selftest.sh — checks the lab itself, on the host:
 #   - shellcheck of the lab's scripts (if shellcheck is installed)
-#   - `vagrant validate` of the Vagrantfile (default provider, and with the
-#     provider config ignored) and that it provisions with provision.sh
+#   - validate-vagrant.sh: `vagrant validate` of the Vagrantfile (default
+#     provider, and with the provider config ignored) and that it provisions
+#     with provision.sh
 #   - `tools/lab/lab build-rnbd`
 #   - one lab boot running tests/kernel-rnbd-smoke.sh and tests/rdma-smoke.sh
 # Prints "N passed, N failed" and exits non-zero if anything failed.
@@ -37,16 +38,7 @@ else
 	printf 'selftest: shellcheck not installed, skipped\n'
 fi
 
-# Keep Vagrant's state folder out of the work tree.
-export VAGRANT_DOTFILE_PATH=$ROOT/.cache/lab/vagrant
-if command -v vagrant >/dev/null; then
-	check vagrant-validate vagrant validate
-	check vagrant-validate-any-provider \
-		env VAGRANT_DEFAULT_PROVIDER=virtualbox vagrant validate --ignore-provider
-else
-	fail "vagrant-validate (vagrant not installed)"
-fi
-check vagrantfile-uses-provision grep -q 'path: "tools/lab/provision.sh"' Vagrantfile
+check vagrant-validate "$LAB_DIR/validate-vagrant.sh"
 
 check build-rnbd "$LAB" build-rnbd
 
