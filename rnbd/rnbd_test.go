@@ -2,39 +2,12 @@ package rnbd
 
 import (
 	"bytes"
-	"encoding/hex"
-	"errors"
 	"strings"
 	"testing"
 
+	"github.com/urnbd/urnbd/internal/wiretest"
 	"github.com/urnbd/urnbd/rtrs"
 )
-
-func hx(t testing.TB, s string) []byte {
-	t.Helper()
-	b, err := hex.DecodeString(strings.ReplaceAll(s, " ", ""))
-	if err != nil {
-		t.Fatalf("bad hex %q: %v", s, err)
-	}
-	return b
-}
-
-func wantErr(t testing.TB, err, target error) {
-	t.Helper()
-	if err == nil {
-		t.Fatalf("got nil error, want %v", target)
-	}
-	if !errors.Is(err, target) {
-		t.Fatalf("got error %q, want one wrapping %q", err, target)
-	}
-}
-
-func mustNoErr(t testing.TB, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
 
 func TestSizes(t *testing.T) {
 	for _, c := range []struct {
@@ -384,3 +357,9 @@ func TestIOInChunk(t *testing.T) {
 		t.Fatalf("%v %+v %d", typ, got, len(r.Data))
 	}
 }
+
+var (
+	hx        = wiretest.Hex
+	wantErr   = wiretest.WantErr
+	mustNoErr = wiretest.NoErr
+)

@@ -1,9 +1,9 @@
 package tcp
 
 import (
-	"errors"
 	"testing"
 
+	"github.com/urnbd/urnbd/internal/wiretest"
 	"github.com/urnbd/urnbd/rtrs"
 )
 
@@ -20,23 +20,6 @@ func testCodec(t testing.TB) rtrs.ImmCodec {
 		t.Fatal(err)
 	}
 	return c
-}
-
-func wantErr(t testing.TB, err, target error) {
-	t.Helper()
-	if err == nil {
-		t.Fatalf("got nil error, want %v", target)
-	}
-	if !errors.Is(err, target) {
-		t.Fatalf("got error %q, want one wrapping %q", err, target)
-	}
-}
-
-func mustNoErr(t testing.TB, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 // frame is a test frame: header and payload.
@@ -85,3 +68,8 @@ func readFrame(t testing.TB, c rtrs.ImmCodec, bufID uint32, dataLen int, usr []b
 	mustNoErr(t, err)
 	return frame{h, chunk[l.WriteOff : l.WriteOff+l.WriteLen]}
 }
+
+var (
+	wantErr   = wiretest.WantErr
+	mustNoErr = wiretest.NoErr
+)
