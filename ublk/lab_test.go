@@ -91,20 +91,6 @@ func TestLabNullDevice(t *testing.T) {
 	}
 }
 
-func backingFile(t *testing.T, size int64) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "backing.img")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Truncate(size); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	return path
-}
-
 func loopDevice(t *testing.T, ctrl *ublk.Control, path string, queues int) (*ublk.Device, *ublk.LoopTarget) {
 	t.Helper()
 	target, err := ublk.OpenLoop(path, false)
@@ -132,7 +118,7 @@ func fioVerify(t *testing.T, dev string, perJob string) {
 
 func TestLabLoopVerifyFile(t *testing.T) {
 	ctrl := openControl(t)
-	dev, target := loopDevice(t, ctrl, backingFile(t, 256<<20), 2)
+	dev, target := loopDevice(t, ctrl, labtest.SparseFile(t, 256<<20), 2)
 	t.Logf("backing file O_DIRECT: %v", target.Direct())
 	fioVerify(t, ublk.BlockPath(dev.ID()), "96M")
 }
@@ -156,7 +142,7 @@ func TestLabLoopVerifyBlockDevice(t *testing.T) {
 func TestLabQueuesSeeTheirOwnRequests(t *testing.T) {
 	ctrl := openControl(t)
 	labtest.NeedCommand(t, "taskset")
-	path := backingFile(t, 16<<20)
+	path := labtest.SparseFile(t, 16<<20)
 	dev, _ := loopDevice(t, ctrl, path, 2)
 	blk := ublk.BlockPath(dev.ID())
 	want := make([]byte, 16<<20)
@@ -194,7 +180,7 @@ func TestLabQueuesSeeTheirOwnRequests(t *testing.T) {
 func TestLabLoopDiscardAndWriteZeroes(t *testing.T) {
 	ctrl := openControl(t)
 	labtest.NeedCommand(t, "blkdiscard")
-	path := backingFile(t, 16<<20)
+	path := labtest.SparseFile(t, 16<<20)
 	ones := bytes.Repeat([]byte{0xff}, 16<<20)
 	if err := os.WriteFile(path, ones, 0o600); err != nil {
 		t.Fatal(err)
@@ -255,7 +241,7 @@ func TestLabQueueLoopAllocatesNothing(t *testing.T) {
 			return ublk.NullTarget{}, ublk.Options{ID: -1, Size: 64 << 20}
 		}},
 		{"loop", func() (ublk.Target, ublk.Options) {
-			lt, err := ublk.OpenLoop(backingFile(t, 64<<20), false)
+			lt, err := ublk.OpenLoop(labtest.SparseFile(t, 64<<20), false)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -2,7 +2,7 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -66,20 +66,9 @@ func (c *labCLI) entry(dev string) *ublkListEntry {
 	return nil
 }
 
-func backing(t *testing.T, size int64) string {
-	path := filepath.Join(t.TempDir(), "backing.img")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.Truncate(size)
-	f.Close()
-	return path
-}
-
 func TestLabCLIAddListDel(t *testing.T) {
 	c := newLabCLI(t)
-	file := backing(t, 64<<20)
+	file := labtest.SparseFile(t, 64<<20)
 	dev := c.must("ublk", "add", "loop", "--file", file, "--queues", "2")
 	if !strings.HasPrefix(dev, "/dev/ublkb") {
 		t.Fatalf("add printed %q, want a device path", dev)
@@ -114,7 +103,7 @@ func TestLabCLIErrors(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "no-such-file")
 	out, err := c.run("ublk", "add", "loop", "--file", missing)
 	var exit *exec.ExitError
-	if err == nil || !errorsAs(err, &exit) || exit.ExitCode() != int(syscall.ENOENT) {
+	if err == nil || !errors.As(err, &exit) || exit.ExitCode() != int(syscall.ENOENT) {
 		t.Errorf("add with a missing file: %v, want exit status ENOENT (2)\n%s", err, out)
 	}
 	if !strings.Contains(out, missing) {
@@ -128,14 +117,6 @@ func TestLabCLIErrors(t *testing.T) {
 	if err == nil || !strings.Contains(out, "size") {
 		t.Errorf("bad size: %v %s", err, out)
 	}
-}
-
-func errorsAs(err error, target **exec.ExitError) bool {
-	e, ok := err.(*exec.ExitError)
-	if ok {
-		*target = e
-	}
-	return ok
 }
 
 // bgFio is fio running in the background.
@@ -185,7 +166,7 @@ func (f *bgFio) wait(t *testing.T, timeout time.Duration) (*labtest.FioResult, s
 
 func TestLabCLIRecoverUnderLoad(t *testing.T) {
 	c := newLabCLI(t)
-	file := backing(t, 256<<20)
+	file := labtest.SparseFile(t, 256<<20)
 	dev := c.must("ublk", "add", "loop", "--file", file, "--queues", "2")
 	e := c.entry(dev)
 	if e == nil {
@@ -238,7 +219,7 @@ func TestLabCLIDelUnderLoadFailsIO(t *testing.T) {
 	if _, serr := os.Stat(dev); !os.IsNotExist(serr) {
 		t.Errorf("%s still exists", dev)
 	}
-	fmt.Fprintln(os.Stderr, "fio after del:", err)
+	t.Logf("fio after del: %v", err)
 }
 
 // A device whose server died can still be deleted: it does not linger.

@@ -172,3 +172,19 @@ func WaitFor(timeout time.Duration, cond func() bool) bool {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// SparseFile creates a sparse file of size bytes in a temporary directory
+// of t and returns its path.
+func SparseFile(t testing.TB, size int64) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "backing.img")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Truncate(size); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
