@@ -25,11 +25,19 @@ type ServerConfig struct {
 	// HandshakeTimeout bounds every read and write of the handshake;
 	// default rtrs.ConnectTimeout.
 	HandshakeTimeout time.Duration
+	// Handler serves the IO requests; nil accepts connections but serves
+	// nothing (handshake only).
+	Handler ServerHandler
+	// HeartbeatInterval and MissedHeartbeats: a path whose service
+	// connection (cid 0) is silent for Interval × Missed is closed; defaults
+	// rtrs.HBInterval and rtrs.HBMissedMax.
+	HeartbeatInterval time.Duration
+	MissedHeartbeats  int
 }
 
-// Server accepts RTRS connections over TCP and groups them into sessions
-// (by paths_uuid) and paths (by sess_uuid). It only does the handshake so
-// far: accepted connections are kept in their path, idle.
+// Server accepts RTRS connections over TCP, groups them into sessions (by
+// paths_uuid) and paths (by sess_uuid), and serves their IO requests with
+// the configured Handler, one goroutine per connection.
 type Server struct {
 	cfg   ServerConfig
 	codec rtrs.ImmCodec
@@ -47,6 +55,12 @@ type Server struct {
 func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.QueueDepth == 0 {
 		cfg.QueueDepth = rtrs.DefaultSessQueueDepth
+	}
+	if cfg.HeartbeatInterval == 0 {
+		cfg.HeartbeatInterval = rtrs.HBInterval
+	}
+	if cfg.MissedHeartbeats == 0 {
+		cfg.MissedHeartbeats = rtrs.HBMissedMax
 	}
 	if cfg.ChunkSize == 0 {
 		cfg.ChunkSize = rtrs.DefaultMaxChunkSize
@@ -110,7 +124,10 @@ func (s *Server) Serve(ln net.Listener) error {
 		s.mu.Unlock()
 		go func() {
 			defer s.wg.Done()
-			_, _ = s.Handshake(nc)
+			c, err := s.Handshake(nc)
+			if err == nil && s.cfg.Handler != nil {
+				s.serveIO(c)
+			}
 		}()
 	}
 }

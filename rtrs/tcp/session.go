@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"net"
+	"sync"
 	"syscall"
 
 	"github.com/urnbd/urnbd/rtrs"
@@ -39,6 +40,7 @@ type ServerSession struct {
 	pathsUUID rtrs.UUID
 	name      string // from the first INFO_REQ
 	paths     []*ServerPath
+	io        sessionIO
 }
 
 // ServerPath is one path of a session: CIDNum connections sharing a
@@ -57,6 +59,7 @@ type ServerConn struct {
 	nc   net.Conn
 	cid  uint16
 	path *ServerPath
+	wmu  sync.Mutex // one frame at a time on nc
 }
 
 // CID returns the connection's index in its path.

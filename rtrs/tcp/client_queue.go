@@ -1,0 +1,513 @@
+package tcp
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/urnbd/urnbd/rtrs"
+	"github.com/urnbd/urnbd/uring"
+)
+
+// ClientQueue is one per-CPU queue of a client session: the requests
+// submitted on one thread go out on that queue's IO connection of the path
+// the policy picks, and their completions come back on the same thread,
+// through the same io_uring. All its methods but Run must be called on the
+// queue's thread (from Run's start function or a Done callback).
+type ClientQueue struct {
+	c      *Client
+	id     int
+	ring   *uring.Ring
+	udBase uint64
+	policy rtrs.MPPolicy
+	rr     int
+
+	slots   []*qconn   // by path index; nil where the path has no connection here
+	reqs    []*Request // by permit id: this queue's requests in flight
+	scratch []byte     // per permit id: frame header, user message, RTRS header
+	waiting reqList    // requests without a permit or a usable path
+	onCQE   func(*uring.CQE)
+
+	wakeFD  int
+	wakeBuf [8]byte
+	mu      sync.Mutex // guards mbox; taken on control events only
+	mbox    []qmsg
+	spare   []qmsg
+	closed  bool
+}
+
+type qmsgKind int
+
+const (
+	msgAttach qmsgKind = iota
+	msgDetach
+	msgRetry
+	msgPolicy
+	msgClose
+	msgDo
+)
+
+// qmsg is a control message from a path goroutine to a queue.
+type qmsg struct {
+	kind   qmsgKind
+	path   *clientPath
+	fd     int
+	policy rtrs.MPPolicy
+	do     func(*ClientQueue)
+}
+
+// qconn is a queue's IO connection on one path.
+type qconn struct {
+	q      *ClientQueue
+	path   *clientPath
+	slot   int
+	fd     int
+	dec    *Decoder
+	rbuf   []byte
+	sendq  reqList
+	iov    [3]unix.Iovec
+	recvOn bool // a RECV is in the ring
+	pollOn bool // a POLLOUT is in the ring
+	dead   bool
+}
+
+// User data of the queue's ring entries: kind in bits 56..59, slot below.
+const (
+	udRecv    = 1 << 56
+	udPollOut = 2 << 56
+	udWake    = 3 << 56
+	udKind    = 0xf << 56
+)
+
+func newClientQueue(c *Client, id int) (*ClientQueue, error) {
+	fd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("rtrs/tcp client queue %d: eventfd: %w", id, err)
+	}
+	qd := c.params.QueueDepth
+	stride := HeaderSize + c.params.MaxHdrSize
+	q := &ClientQueue{
+		c: c, id: id, policy: c.cfg.Policy, wakeFD: fd,
+		reqs: make([]*Request, qd), scratch: make([]byte, qd*stride),
+	}
+	q.onCQE = q.HandleCQE
+	return q, nil
+}
+
+// ID returns the queue's index.
+func (q *ClientQueue) ID() int { return q.id }
+
+// Run runs the queue's event loop on the calling goroutine, locked to its
+// OS thread (pin the thread to a CPU before, if wanted), with its own
+// io_uring. start is called once on the thread before the loop; Run
+// returns when the client is closed.
+func (q *ClientQueue) Run(start func(q *ClientQueue)) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	ring, err := uring.New(256, uring.SetupSingleIssuer|uring.SetupDeferTaskrun|uring.SetupCoopTaskrun)
+	if err != nil {
+		ring, err = uring.New(256, 0)
+	}
+	if err != nil {
+		return fmt.Errorf("rtrs/tcp client queue %d: %w", q.id, err)
+	}
+	defer ring.Close()
+	q.Attach(ring, 0)
+	if start != nil {
+		start(q)
+	}
+	for !q.closed {
+		if _, err := ring.SubmitAndWait(1); err != nil {
+			return fmt.Errorf("rtrs/tcp client queue %d: %w", q.id, err)
+		}
+		ring.ForEachCQE(q.onCQE)
+	}
+	return nil
+}
+
+// Attach makes the queue use ring, an io_uring owned by the calling
+// thread's event loop: the queue submits entries with user data
+// base|(kind<<56)|slot and the loop hands their completions to HandleCQE.
+// base must leave bits 56..59 and the low 32 bits clear.
+func (q *ClientQueue) Attach(ring *uring.Ring, base uint64) {
+	q.ring, q.udBase = ring, base
+	q.armWake()
+}
+
+// Owns reports whether a completion with user data ud belongs to the queue.
+func (q *ClientQueue) Owns(ud uint64) bool {
+	k := ud & udKind
+	return ud&^(udKind|0xffffffff) == q.udBase && k >= udRecv && k <= udWake
+}
+
+func (q *ClientQueue) sqe() *uring.SQE {
+	for {
+		if s := q.ring.GetSQE(); s != nil {
+			return s
+		}
+		if _, err := q.ring.Submit(); err != nil && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.EAGAIN) {
+			panic(fmt.Sprintf("rtrs/tcp client queue %d: submit: %v", q.id, err))
+		}
+	}
+}
+
+func (q *ClientQueue) armWake() {
+	q.sqe().PrepPollAdd(int32(q.wakeFD), unix.POLLIN, false, q.udBase|udWake)
+}
+
+func (q *ClientQueue) post(m qmsg) {
+	q.mu.Lock()
+	q.mbox = append(q.mbox, m)
+	q.mu.Unlock()
+	one := [8]byte{1}
+	unix.Write(q.wakeFD, one[:])
+}
+
+// Do runs fn on the queue's thread, soon. It may be called from any
+// goroutine; it is for control work, not for each request.
+func (q *ClientQueue) Do(fn func(*ClientQueue)) { q.post(qmsg{kind: msgDo, do: fn}) }
+
+// HandleCQE handles a completion of one of the queue's entries.
+func (q *ClientQueue) HandleCQE(cqe *uring.CQE) {
+	ud := cqe.UserData
+	switch ud & udKind {
+	case udWake:
+		unix.Read(q.wakeFD, q.wakeBuf[:])
+		q.drainMailbox()
+		if !q.closed {
+			q.armWake()
+		}
+	case udRecv:
+		q.onRecv(q.slotConn(ud), cqe.Res)
+	case udPollOut:
+		qc := q.slotConn(ud)
+		if qc == nil {
+			return
+		}
+		qc.pollOn = false
+		if qc.dead {
+			q.reap(qc)
+			return
+		}
+		q.flush(qc)
+	}
+}
+
+func (q *ClientQueue) slotConn(ud uint64) *qconn {
+	slot := int(uint32(ud))
+	if slot < len(q.slots) {
+		return q.slots[slot]
+	}
+	return nil
+}
+
+func (q *ClientQueue) drainMailbox() {
+	q.mu.Lock()
+	msgs := q.mbox
+	q.mbox = q.spare[:0]
+	q.mu.Unlock()
+	for _, m := range msgs {
+		switch m.kind {
+		case msgAttach:
+			q.attachConn(m.path, m.fd)
+		case msgDetach:
+			if m.path.idx < len(q.slots) {
+				if qc := q.slots[m.path.idx]; qc != nil && qc.path == m.path {
+					q.fail(qc)
+				}
+			}
+		case msgPolicy:
+			q.policy = m.policy
+		case msgDo:
+			m.do(q)
+		case msgClose:
+			q.closed = true
+			for _, qc := range q.slots {
+				if qc != nil {
+					q.fail(qc)
+				}
+			}
+		}
+	}
+	q.spare = msgs[:0]
+	q.retryWaiting()
+}
+
+func (q *ClientQueue) attachConn(p *clientPath, fd int) {
+	for len(q.slots) <= p.idx {
+		q.slots = append(q.slots, nil)
+	}
+	if old := q.slots[p.idx]; old != nil {
+		q.fail(old)
+	}
+	qc := &qconn{q: q, path: p, slot: p.idx, fd: fd, dec: NewDecoder(ToClient), rbuf: make([]byte, 256<<10)}
+	qc.dec.SetSession(q.c.params.Codec, qc)
+	q.slots[p.idx] = qc
+	q.armRecv(qc)
+}
+
+func (q *ClientQueue) armRecv(qc *qconn) {
+	qc.recvOn = true
+	s := q.sqe()
+	s.PrepRead(int32(qc.fd), unsafe.Pointer(&qc.rbuf[0]), uint32(len(qc.rbuf)), ^uint64(0), q.udBase|udRecv|uint64(qc.slot))
+}
+
+// Usable implements rtrs.PathLoad for the policy: the path is up and this
+// queue has its connection.
+func (qc *qconn) Usable() bool    { return qc != nil && !qc.dead && qc.path.Usable() }
+func (qc *qconn) Inflight() int64 { return qc.path.Inflight() }
+func (qc *qconn) Latency() int64  { return qc.path.Latency() }
+
+// Submit sends r. It never blocks: without a free permit or a usable path
+// the request waits in the queue, and is sent when a permit is returned or
+// a path comes up. It returns an error only for a request that can never
+// be sent (too large); then Done is not called.
+func (q *ClientQueue) Submit(r *Request) error {
+	p := q.c.params
+	if len(r.Data) > p.MaxIOSize {
+		return fmt.Errorf("rtrs/tcp: request of %d bytes, max_io_size is %d: %w", len(r.Data), p.MaxIOSize, syscall.EINVAL)
+	}
+	if len(r.Usr)+rtrs.RdmaReadHdrSize+rtrs.SGDescSize > p.MaxHdrSize {
+		return fmt.Errorf("rtrs/tcp: user message of %d bytes too large for max_hdr_size %d: %w", len(r.Usr), p.MaxHdrSize, syscall.EINVAL)
+	}
+	r.id, r.qc, r.failovers, r.start = -1, nil, 0, nanotime()
+	if !q.waiting.empty() || !q.send(r, -1) {
+		q.waiting.push(r)
+	}
+	return nil
+}
+
+// send takes a permit if r has none, picks a path (avoiding skip) and
+// queues r's frame on its connection. It returns false if r must wait.
+func (q *ClientQueue) send(r *Request, skip int) bool {
+	if r.id < 0 {
+		id, ok := q.c.permits.Get(q.id)
+		if !ok {
+			return false
+		}
+		r.id = id
+		q.reqs[id] = r
+	}
+	i := rtrs.Select(q.policy, q.slots, &q.rr, skip)
+	if i < 0 {
+		return false
+	}
+	qc := q.slots[i]
+	if err := q.buildFrame(r); err != nil {
+		q.finish(r, -int(syscall.EINVAL))
+		return true
+	}
+	r.qc, r.sent = qc, 0
+	qc.path.inflight.Add(1)
+	qc.sendq.push(r)
+	if !qc.pollOn {
+		q.flush(qc)
+	}
+	return true
+}
+
+// buildFrame lays out r's frame in its scratch slot: header, then for a
+// write the data and the user message + RdmaWriteMsg, for a read the user
+// message + RdmaReadMsg with one descriptor naming the reply's length.
+func (q *ClientQueue) buildFrame(r *Request) error {
+	p := q.c.params
+	stride := HeaderSize + p.MaxHdrSize
+	buf := q.scratch[r.id*stride : (r.id+1)*stride]
+	tail := buf[HeaderSize:]
+	n := copy(tail, r.Usr)
+	var l rtrs.IOLayout
+	var err error
+	if r.Write {
+		if l, err = rtrs.WriteLayout(len(r.Data), len(r.Usr), uint32(p.ChunkSize), uint32(p.MaxHdrSize)); err != nil {
+			return err
+		}
+		m := rtrs.RdmaWriteMsg{UsrLen: uint16(len(r.Usr))}
+		k, err := m.MarshalTo(tail[n:])
+		if err != nil {
+			return err
+		}
+		n += k
+		r.parts[0], r.parts[1], r.parts[2] = buf[:HeaderSize], r.Data, tail[:n]
+	} else {
+		sg := 0
+		if len(r.Data) > 0 {
+			sg = 1
+		}
+		if l, err = rtrs.ReadLayout(len(r.Data), len(r.Usr), sg, uint32(p.ChunkSize), uint32(p.MaxHdrSize)); err != nil {
+			return err
+		}
+		var desc [1]rtrs.SGDesc
+		desc[0].Len = uint32(len(r.Data))
+		m := rtrs.RdmaReadMsg{UsrLen: uint16(len(r.Usr)), Desc: desc[:sg]}
+		k, err := m.MarshalTo(tail[n:])
+		if err != nil {
+			return err
+		}
+		n += k
+		r.parts[0], r.parts[1], r.parts[2] = buf[:HeaderSize+n], nil, nil
+	}
+	h, err := IOReqHeader(p.Codec, uint32(r.id), l)
+	if err != nil {
+		return err
+	}
+	h.MarshalTo(buf[:HeaderSize])
+	r.frameLen = HeaderSize + int(l.WriteLen)
+	return nil
+}
+
+// flush writes queued frames until the socket is full (then a POLLOUT is
+// armed) or the queue is empty.
+func (q *ClientQueue) flush(qc *qconn) {
+	for r := qc.sendq.head; r != nil; r = qc.sendq.head {
+		n := r.iovecs(&qc.iov)
+		w, _, errno := unix.Syscall(unix.SYS_WRITEV, uintptr(qc.fd), uintptr(unsafe.Pointer(&qc.iov[0])), uintptr(n))
+		switch {
+		case errno == unix.EAGAIN:
+			qc.pollOn = true
+			q.sqe().PrepPollAdd(int32(qc.fd), unix.POLLOUT, false, q.udBase|udPollOut|uint64(qc.slot))
+			return
+		case errno == unix.EINTR:
+			continue
+		case errno != 0:
+			q.fail(qc)
+			return
+		}
+		r.sent += int(w)
+		if r.sent == r.frameLen {
+			qc.sendq.pop()
+		}
+	}
+}
+
+func (q *ClientQueue) onRecv(qc *qconn, res int32) {
+	if qc == nil {
+		return
+	}
+	qc.recvOn = false
+	if qc.dead {
+		q.reap(qc)
+		return
+	}
+	if res <= 0 {
+		if res == -int32(unix.EINTR) || res == -int32(unix.EAGAIN) {
+			q.armRecv(qc)
+			return
+		}
+		q.fail(qc)
+		return
+	}
+	b := qc.rbuf[:res]
+	for len(b) > 0 {
+		n, f, err := qc.dec.Feed(b)
+		b = b[n:]
+		if err != nil {
+			q.fail(qc)
+			return
+		}
+		if f == nil {
+			break
+		}
+		if f.Imm.Type != rtrs.ImmIORsp {
+			continue // heartbeats are the service connection's business
+		}
+		r := q.reqs[f.Imm.BufID]
+		if r == nil || r.qc != qc {
+			q.fail(qc) // an answer to nothing we sent here
+			return
+		}
+		if f.Imm.Errno == 0 && !r.Write && int(f.Len) != len(r.Data) {
+			q.complete(r, -int(syscall.EIO))
+			continue
+		}
+		q.complete(r, f.Imm.Errno)
+	}
+	q.armRecv(qc)
+}
+
+// Place implements Placer: a read's data goes straight into its buffer.
+func (qc *qconn) Place(f *Frame) ([]byte, error) {
+	r := qc.q.reqs[f.Imm.BufID]
+	if r == nil || r.Write || r.qc != qc || int(f.Len) > len(r.Data) {
+		return nil, fmt.Errorf("rtrs/tcp: %d bytes of read data for request %d: %w", f.Len, f.Imm.BufID, rtrs.ErrOutOfRange)
+	}
+	return r.Data[:f.Len], nil
+}
+
+func (q *ClientQueue) complete(r *Request, errno int) {
+	r.qc.path.inflight.Add(-1)
+	q.finish(r, errno)
+}
+
+// finish returns r's permit and calls Done; then a waiting request may go.
+func (q *ClientQueue) finish(r *Request, errno int) {
+	if r.id >= 0 {
+		q.reqs[r.id] = nil
+		q.c.permits.Put(r.id)
+		r.id = -1
+	}
+	r.qc = nil
+	r.Done(r, errno)
+	q.retryWaiting()
+}
+
+func (q *ClientQueue) retryWaiting() {
+	for r := q.waiting.pop(); r != nil; r = q.waiting.pop() {
+		if !q.send(r, -1) {
+			q.waiting.pushFront(r)
+			break
+		}
+	}
+	if !q.waiting.empty() && (q.closed || !q.c.anyHope()) {
+		for r := q.waiting.pop(); r != nil; r = q.waiting.pop() {
+			q.finish(r, -int(syscall.ENOTCONN))
+		}
+	}
+}
+
+// fail takes a connection out of service: its requests fail over to
+// another path (or wait for one), the path is reported failed, and the
+// socket is shut down so the ring's entries on it end.
+func (q *ClientQueue) fail(qc *qconn) {
+	if qc.dead {
+		return
+	}
+	qc.dead = true
+	unix.Shutdown(qc.fd, unix.SHUT_RDWR)
+	qc.path.report(cmdFailed)
+	for _, r := range q.reqs {
+		if r == nil || r.qc != qc {
+			continue
+		}
+		qc.path.inflight.Add(-1)
+		qc.path.failovers.Add(1)
+		r.qc = nil
+		r.failovers++
+		if !q.send(r, qc.slot) {
+			q.waiting.push(r)
+		}
+	}
+	qc.sendq = reqList{}
+	q.reap(qc)
+}
+
+// reap closes a dead connection once the ring no longer refers to it.
+func (q *ClientQueue) reap(qc *qconn) {
+	if qc.recvOn || qc.pollOn || qc.fd < 0 {
+		return
+	}
+	unix.Close(qc.fd)
+	qc.fd = -1
+	if qc.slot < len(q.slots) && q.slots[qc.slot] == qc {
+		q.slots[qc.slot] = nil
+	}
+}
+
+var startTime = time.Now()
+
+func nanotime() int64 { return int64(time.Since(startTime)) }

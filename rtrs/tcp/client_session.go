@@ -1,0 +1,641 @@
+package tcp
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/urnbd/urnbd/rtrs"
+)
+
+// ClientConfig describes a client session.
+type ClientConfig struct {
+	// SessName is the session name (rtrs.CheckSessName).
+	SessName string
+	// Paths are the session's paths: server addresses "host:port", each
+	// optionally with a local address to connect from.
+	Paths []PathAddr
+	// Queues is the number of per-CPU queues, and so of IO connections per
+	// path (cid 1..Queues; cid 0 is the service connection); default the
+	// number of CPUs.
+	Queues int
+	// Policy picks the path of each request.
+	Policy rtrs.MPPolicy
+	// MaxReconnectAttempts bounds the reconnects of a path after it failed:
+	// -1 forever (the kernel's default), 0 none.
+	MaxReconnectAttempts int
+	// ReconnectDelay is waited before each reconnect attempt; default
+	// rtrs.ReconnectBackoff.
+	ReconnectDelay time.Duration
+	// HeartbeatInterval and MissedHeartbeats: a path whose server does not
+	// answer MissedHeartbeats heartbeats in a row is failed; defaults
+	// rtrs.HBInterval and rtrs.HBMissedMax.
+	HeartbeatInterval time.Duration
+	MissedHeartbeats  int
+	// Timeout bounds each connection's setup; default rtrs.ConnectTimeout.
+	Timeout time.Duration
+}
+
+// PathAddr is one path: Dst is the server's "host:port", Src optionally
+// the local IP to connect from.
+type PathAddr struct {
+	Src string
+	Dst string
+}
+
+// String returns "src@dst" or "dst", as RTRS names paths.
+func (a PathAddr) String() string {
+	if a.Src == "" {
+		return a.Dst
+	}
+	return a.Src + "@" + a.Dst
+}
+
+// Path states of a client path.
+const (
+	PathStateConnecting   int32 = iota // first connect
+	PathStateConnected                 // carries requests
+	PathStateReconnecting              // failed, reconnecting
+	PathStateDisconnected              // disconnected by the user or given up
+	PathStateRemoved                   // removed from the session
+)
+
+// PathStateName returns "connecting", "connected", ...
+func PathStateName(s int32) string {
+	switch s {
+	case PathStateConnecting:
+		return "connecting"
+	case PathStateConnected:
+		return "connected"
+	case PathStateReconnecting:
+		return "reconnecting"
+	case PathStateDisconnected:
+		return "disconnected"
+	case PathStateRemoved:
+		return "removed"
+	}
+	return "unknown"
+}
+
+// Client is an RTRS client session over TCP: its paths, each with one IO
+// connection per queue, and the queues that carry requests.
+type Client struct {
+	cfg       ClientConfig
+	pathsUUID rtrs.UUID
+	params    Params
+	permits   *rtrs.Permits
+	queues    []*ClientQueue
+
+	mu     sync.Mutex // control plane: paths, closing
+	paths  []*clientPath
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// clientPath is one path of a client session and its control goroutine.
+type clientPath struct {
+	c        *Client
+	idx      int
+	addr     PathAddr
+	sessUUID rtrs.UUID
+	state    atomic.Int32
+	inflight atomic.Int64
+	rttNS    atomic.Int64
+	// Reconnect counters, as the kernel's stats/reconnects file: the
+	// successful one starts at -1 and becomes 0 at the first connect.
+	reconnOK, reconnFailed atomic.Int64
+	failovers              atomic.Int64
+	reconCnt               uint16
+	everUp                 bool
+
+	kick chan pathCmd // failure reports and user commands
+	svc  *ClientConn  // service connection while connected
+}
+
+type pathCmd int
+
+const (
+	cmdFailed     pathCmd = iota // an IO connection failed
+	cmdReconnect                 // user: reconnect now
+	cmdDisconnect                // user: disconnect, no automatic reconnect
+	cmdRemove                    // user: remove the path
+	cmdClose                     // session closing
+)
+
+// Usable implements rtrs.PathLoad.
+func (p *clientPath) Usable() bool    { return p.state.Load() == PathStateConnected }
+func (p *clientPath) Inflight() int64 { return p.inflight.Load() }
+func (p *clientPath) Latency() int64  { return p.rttNS.Load() }
+
+func (p *clientPath) report(cmd pathCmd) {
+	select {
+	case p.kick <- cmd:
+	default:
+		if cmd != cmdFailed {
+			go func() { p.kick <- cmd }()
+		}
+	}
+}
+
+func newUUID() rtrs.UUID {
+	var u rtrs.UUID
+	_, _ = rand.Read(u[:])
+	return u
+}
+
+func (cfg *ClientConfig) setDefaults() error {
+	if err := rtrs.CheckSessName(cfg.SessName); err != nil {
+		return fmt.Errorf("rtrs/tcp client: %w", err)
+	}
+	if len(cfg.Paths) == 0 || len(cfg.Paths) > rtrs.MaxPathsNum {
+		return fmt.Errorf("rtrs/tcp client: %d paths, want 1..%d: %w", len(cfg.Paths), rtrs.MaxPathsNum, syscall.EINVAL)
+	}
+	if cfg.Queues == 0 {
+		cfg.Queues = runtime.NumCPU()
+	}
+	if cfg.Queues < 1 || cfg.Queues+1 > rtrs.MaxConnsPerPath {
+		return fmt.Errorf("rtrs/tcp client: %d queues: %w", cfg.Queues, syscall.EINVAL)
+	}
+	if cfg.MaxReconnectAttempts < -1 || cfg.MaxReconnectAttempts > 9999 {
+		return fmt.Errorf("rtrs/tcp client: max_reconnect_attempts %d, want -1..9999: %w", cfg.MaxReconnectAttempts, syscall.EINVAL)
+	}
+	if cfg.ReconnectDelay == 0 {
+		cfg.ReconnectDelay = rtrs.ReconnectBackoff
+	}
+	if cfg.HeartbeatInterval == 0 {
+		cfg.HeartbeatInterval = rtrs.HBInterval
+	}
+	if cfg.MissedHeartbeats == 0 {
+		cfg.MissedHeartbeats = rtrs.HBMissedMax
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = rtrs.ConnectTimeout
+	}
+	return nil
+}
+
+// DialClient opens a session: it connects every path (at least one must
+// connect; the others keep trying in the background, as the kernel client
+// does) and returns the client with its queues, which the caller runs
+// (ClientQueue.Run).
+func DialClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	c := &Client{cfg: cfg, pathsUUID: newUUID()}
+	var first error
+	var conns [][]*ClientConn
+	for i, a := range cfg.Paths {
+		p := c.newPath(i, a)
+		cp, err := p.dial(ctx, i == 0 || c.permits != nil)
+		if err != nil {
+			if first == nil {
+				first = err
+			}
+			conns = append(conns, nil)
+			continue
+		}
+		if c.permits == nil {
+			c.params = cp.Params
+			c.permits = rtrs.NewPermits(cp.Params.QueueDepth)
+		} else if cp.Params != c.params {
+			cp.Close()
+			return nil, c.abort(fmt.Errorf("rtrs/tcp client: path %s announced %+v, the first path %+v: %w", a, cp.Params, c.params, syscall.EPROTO))
+		}
+		conns = append(conns, cp.Conns)
+	}
+	if c.permits == nil {
+		return nil, c.abort(fmt.Errorf("rtrs/tcp client: no path connected: %w", first))
+	}
+	for i := 0; i < cfg.Queues; i++ {
+		q, err := newClientQueue(c, i)
+		if err != nil {
+			return nil, c.abort(err)
+		}
+		c.queues = append(c.queues, q)
+	}
+	for i, p := range c.paths {
+		c.wg.Add(1)
+		go p.run(conns[i])
+	}
+	return c, nil
+}
+
+func (c *Client) abort(err error) error {
+	c.Close()
+	return err
+}
+
+func (c *Client) newPath(idx int, a PathAddr) *clientPath {
+	p := &clientPath{c: c, idx: idx, addr: a, sessUUID: newUUID(), kick: make(chan pathCmd, 1)}
+	p.state.Store(PathStateConnecting)
+	p.reconnOK.Store(-1)
+	c.mu.Lock()
+	c.paths = append(c.paths, p)
+	c.mu.Unlock()
+	return p
+}
+
+// Params returns the session parameters the server announced.
+func (c *Client) Params() Params { return c.params }
+
+// Queue returns queue i (0..Queues-1).
+func (c *Client) Queue(i int) *ClientQueue { return c.queues[i] }
+
+// Queues returns the number of queues.
+func (c *Client) Queues() int { return len(c.queues) }
+
+// Permits returns the session's permit pool (its in-use count is the
+// session's requests in flight).
+func (c *Client) Permits() *rtrs.Permits { return c.permits }
+
+// SetPolicy changes the multipath policy.
+func (c *Client) SetPolicy(p rtrs.MPPolicy) {
+	c.mu.Lock()
+	c.cfg.Policy = p
+	c.mu.Unlock()
+	for _, q := range c.queues {
+		q.post(qmsg{kind: msgPolicy, policy: p})
+	}
+}
+
+// ClientPathInfo is a snapshot of a client path.
+type ClientPathInfo struct {
+	Index            int
+	Addr             PathAddr
+	State            string
+	Inflight         int64
+	RTT              time.Duration
+	ReconnectsOK     int64
+	ReconnectsFailed int64
+	Failovers        int64
+}
+
+// Paths returns a snapshot of the session's paths.
+func (c *Client) Paths() []ClientPathInfo {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []ClientPathInfo
+	for _, p := range c.paths {
+		out = append(out, ClientPathInfo{
+			Index: p.idx, Addr: p.addr, State: PathStateName(p.state.Load()),
+			Inflight: p.inflight.Load(), RTT: time.Duration(p.rttNS.Load()),
+			ReconnectsOK: p.reconnOK.Load(), ReconnectsFailed: p.reconnFailed.Load(),
+			Failovers: p.failovers.Load(),
+		})
+	}
+	return out
+}
+
+func (c *Client) path(idx int) (*clientPath, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if idx < 0 || idx >= len(c.paths) || c.paths[idx].state.Load() == PathStateRemoved {
+		return nil, fmt.Errorf("rtrs/tcp client: no path %d: %w", idx, syscall.ENOENT)
+	}
+	return c.paths[idx], nil
+}
+
+// AddPath adds a path to the live session and connects it in the
+// background; it returns the path's index.
+func (c *Client) AddPath(a PathAddr) (int, error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return 0, net.ErrClosed
+	}
+	for _, p := range c.paths {
+		if p.addr == a && p.state.Load() != PathStateRemoved {
+			c.mu.Unlock()
+			return 0, fmt.Errorf("rtrs/tcp client: path %s exists: %w", a, syscall.EEXIST)
+		}
+	}
+	if len(c.paths) >= rtrs.MaxPathsNum {
+		c.mu.Unlock()
+		return 0, fmt.Errorf("rtrs/tcp client: %d paths already: %w", len(c.paths), syscall.ENOMEM)
+	}
+	c.mu.Unlock()
+	p := c.newPath(len(c.paths), a)
+	c.wg.Add(1)
+	go p.run(nil)
+	return p.idx, nil
+}
+
+// RemovePath closes path idx and removes it; its requests fail over.
+func (c *Client) RemovePath(idx int) error { return c.pathCmd(idx, cmdRemove) }
+
+// DisconnectPath closes path idx and keeps it, without reconnecting.
+func (c *Client) DisconnectPath(idx int) error { return c.pathCmd(idx, cmdDisconnect) }
+
+// ReconnectPath closes path idx and connects it again.
+func (c *Client) ReconnectPath(idx int) error { return c.pathCmd(idx, cmdReconnect) }
+
+func (c *Client) pathCmd(idx int, cmd pathCmd) error {
+	p, err := c.path(idx)
+	if err != nil {
+		return err
+	}
+	p.report(cmd)
+	return nil
+}
+
+// Close ends the session: every path is closed, requests still waiting
+// fail with -ENOTCONN, and the queues' Run loops return.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	paths := append([]*clientPath(nil), c.paths...)
+	c.mu.Unlock()
+	for _, p := range paths {
+		p.report(cmdClose)
+	}
+	c.wg.Wait()
+	for _, q := range c.queues {
+		q.post(qmsg{kind: msgClose})
+	}
+	return nil
+}
+
+// anyHope reports whether some path carries requests or may again.
+func (c *Client) anyHope() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	for _, p := range c.paths {
+		switch p.state.Load() {
+		case PathStateConnected, PathStateConnecting, PathStateReconnecting:
+			return true
+		}
+	}
+	return false
+}
+
+// dial connects the path's cid 0..Queues.
+func (p *clientPath) dial(ctx context.Context, firstConn bool) (*ClientPath, error) {
+	cfg := PathConfig{
+		Addr: p.addr.Dst, SessName: p.c.cfg.SessName, PathsUUID: p.c.pathsUUID, SessUUID: p.sessUUID,
+		CIDNum: p.c.cfg.Queues + 1, FirstConn: firstConn || p.everUp, ReconCnt: p.reconCnt, Timeout: p.c.cfg.Timeout,
+	}
+	if p.addr.Src != "" {
+		ip := net.ParseIP(p.addr.Src)
+		if ip == nil {
+			return nil, fmt.Errorf("rtrs/tcp client: source address %q: %w", p.addr.Src, syscall.EINVAL)
+		}
+		cfg.LocalAddr = &net.TCPAddr{IP: ip}
+	}
+	p.reconCnt++
+	cp, err := DialPath(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("path %s: %w", p.addr, err)
+	}
+	return cp, nil
+}
+
+// run is the path's control goroutine: it hands the IO connections to the
+// queues, sends heartbeats on the service connection, and on failure takes
+// the path down (the queues fail its requests over) and reconnects.
+func (p *clientPath) run(conns []*ClientConn) {
+	defer p.c.wg.Done()
+	attempts := 0
+	for {
+		if conns == nil {
+			if p.state.Load() == PathStateDisconnected {
+				// Wait for a user command.
+				switch <-p.kick {
+				case cmdReconnect:
+					attempts = 0
+				case cmdRemove, cmdClose:
+					p.state.Store(PathStateRemoved)
+					return
+				default:
+					continue
+				}
+			}
+			if p.everUp || attempts > 0 {
+				d := p.c.cfg.ReconnectDelay + time.Duration(time.Now().UnixNano()%int64(rtrs.ReconnectSeed))
+				select {
+				case cmd := <-p.kick:
+					if p.stopFor(cmd) {
+						return
+					}
+				case <-time.After(d):
+				}
+			}
+			if max := p.c.cfg.MaxReconnectAttempts; p.everUp && max >= 0 && attempts >= max {
+				// Given up: the path stays, disconnected, until the
+				// user reconnects it.
+				p.state.Store(PathStateDisconnected)
+				p.c.wakeQueues()
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), p.c.cfg.Timeout)
+			cp, err := p.dial(ctx, false)
+			cancel()
+			attempts++
+			if err != nil {
+				if p.everUp {
+					p.reconnFailed.Add(1)
+				}
+				continue
+			}
+			if cp.Params != p.c.params {
+				// The kernel disables reconnect when the depth changes.
+				cp.Close()
+				p.state.Store(PathStateDisconnected)
+				p.c.wakeQueues()
+				continue
+			}
+			conns = cp.Conns
+		}
+		attempts = 0
+		p.everUp = true
+		p.reconnOK.Add(1)
+		if err := p.attach(conns); err != nil {
+			conns = nil
+			p.state.Store(PathStateReconnecting)
+			continue
+		}
+		conns = nil
+		cmd := p.heartbeat()
+		p.detach()
+		switch cmd {
+		case cmdClose, cmdRemove:
+			p.state.Store(PathStateRemoved)
+			p.c.wakeQueues()
+			return
+		case cmdDisconnect:
+			p.state.Store(PathStateDisconnected)
+		default:
+			p.state.Store(PathStateReconnecting)
+		}
+		p.c.wakeQueues()
+	}
+}
+
+// stopFor handles a command received while waiting to reconnect.
+func (p *clientPath) stopFor(cmd pathCmd) bool {
+	switch cmd {
+	case cmdClose, cmdRemove:
+		p.state.Store(PathStateRemoved)
+		return true
+	case cmdDisconnect:
+		p.state.Store(PathStateDisconnected)
+	}
+	return false
+}
+
+// attach gives IO connection i+1 to queue i and keeps cid 0 for heartbeats.
+func (p *clientPath) attach(conns []*ClientConn) error {
+	fds := make([]int, 0, len(conns)-1)
+	fail := func(err error) error {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		for _, cc := range conns {
+			cc.Close()
+		}
+		return err
+	}
+	for _, cc := range conns[1:] {
+		fd, err := rawFD(cc.NetConn())
+		if err != nil {
+			return fail(err)
+		}
+		fds = append(fds, fd)
+	}
+	for _, cc := range conns[1:] {
+		cc.Close() // the queues own duplicates of the sockets
+	}
+	p.svc = conns[0]
+	p.state.Store(PathStateConnected)
+	for i, q := range p.c.queues {
+		q.post(qmsg{kind: msgAttach, path: p, fd: fds[i]})
+	}
+	return nil
+}
+
+// detach takes the path's connections away from the queues, which fail its
+// requests over to other paths.
+func (p *clientPath) detach() {
+	if p.svc != nil {
+		p.svc.Close()
+		p.svc = nil
+	}
+	if p.state.Load() == PathStateConnected {
+		p.state.Store(PathStateReconnecting)
+	}
+	for _, q := range p.c.queues {
+		q.post(qmsg{kind: msgDetach, path: p})
+	}
+}
+
+func (c *Client) wakeQueues() {
+	for _, q := range c.queues {
+		q.post(qmsg{kind: msgRetry})
+	}
+}
+
+// rawFD returns a non-blocking duplicate of a TCP connection's socket.
+func rawFD(nc net.Conn) (int, error) {
+	tc, ok := nc.(*net.TCPConn)
+	if !ok {
+		return -1, fmt.Errorf("rtrs/tcp client: %T is not a TCP connection", nc)
+	}
+	f, err := tc.File()
+	if err != nil {
+		return -1, err
+	}
+	fd, err := unix.Dup(int(f.Fd()))
+	f.Close()
+	if err != nil {
+		return -1, err
+	}
+	unix.CloseOnExec(fd)
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+// heartbeat runs on the service connection while the path is up: a
+// heartbeat every interval, each answer's round trip recorded; it returns
+// when the server missed too many, the connection failed, or a command
+// arrived.
+func (p *clientPath) heartbeat() pathCmd {
+	nc := p.svc.NetConn()
+	dec := NewDecoder(ToClient)
+	dec.SetSession(p.c.params.Codec, nil)
+	acks := make(chan time.Time, 16)
+	readErr := make(chan error, 1)
+	go func() {
+		for {
+			f, err := dec.ReadFrame(nc)
+			if err != nil {
+				readErr <- err
+				return
+			}
+			if f.Imm.Type == rtrs.ImmHBAck {
+				select {
+				case acks <- time.Now():
+				default:
+				}
+			}
+		}
+	}()
+	var hb [HeaderSize]byte
+	HeartbeatHeader(false).MarshalTo(hb[:])
+	tick := time.NewTicker(p.c.cfg.HeartbeatInterval)
+	defer tick.Stop()
+	missed := 0
+	var sentAt time.Time
+	send := func() bool {
+		_ = nc.SetWriteDeadline(time.Now().Add(p.c.cfg.HeartbeatInterval))
+		sentAt = time.Now()
+		_, err := nc.Write(hb[:])
+		return err == nil
+	}
+	if !send() {
+		return cmdFailed
+	}
+	for {
+		select {
+		case cmd := <-p.kick:
+			if cmd == cmdFailed {
+				return cmdFailed
+			}
+			return cmd
+		case err := <-readErr:
+			_ = err
+			return cmdFailed
+		case at := <-acks:
+			missed = 0
+			p.rttNS.Store(int64(at.Sub(sentAt)))
+		case <-tick.C:
+			missed++
+			if missed > p.c.cfg.MissedHeartbeats {
+				return cmdFailed
+			}
+			if !send() {
+				return cmdFailed
+			}
+		}
+	}
+}
+
+var errNoPath = errors.New("no usable path")

@@ -1,0 +1,217 @@
+package tcp
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/urnbd/urnbd/rtrs"
+)
+
+// ServerHandler serves the IO requests that clients send to a Server.
+type ServerHandler interface {
+	// HandleIO starts request io. The handler completes it with
+	// io.Complete, at once or later from any goroutine; io and its slices
+	// stay valid until then.
+	HandleIO(io *ServerIO)
+}
+
+// ServerIO is one IO request on the server, living in its chunk.
+type ServerIO struct {
+	// Session is the client session's name.
+	Session string
+	// Write is true for a write (data client→server), false for a read.
+	Write bool
+	// Usr is the user (RNBD) message.
+	Usr []byte
+	// Data is the written data of a write, or for a read the buffer to fill,
+	// as long as the client asked for.
+	Data []byte
+	// Local is the server address of the connection the request came on
+	// (which path carried it).
+	Local net.Addr
+
+	id    uint32
+	busy  atomic.Bool // from Place to the end of Complete
+	conn  *ServerConn
+	codec rtrs.ImmCodec
+	hdr   [HeaderSize]byte
+	bufs  [2][]byte
+	nb    net.Buffers
+}
+
+// Complete answers the request: errno is 0 or a negative errno. A
+// successful read sends Data back. Errors sending the answer close the
+// connection; the client fails the request over.
+func (io *ServerIO) Complete(errno int) {
+	n := 0
+	if errno == 0 && !io.Write {
+		n = len(io.Data)
+	}
+	h, err := IORspHeader(io.codec, io.id, errno, n)
+	if err != nil {
+		// errno out of the 9-bit range: answer EIO rather than nothing.
+		h, _ = IORspHeader(io.codec, io.id, -int(syscall.EIO), 0)
+		n = 0
+	}
+	h.MarshalTo(io.hdr[:])
+	io.bufs[0], io.bufs[1] = io.hdr[:], io.Data[:n]
+	io.nb = io.bufs[:]
+	if n == 0 {
+		io.nb = io.bufs[:1]
+	}
+	c := io.conn
+	c.wmu.Lock()
+	_, err = io.nb.WriteTo(c.nc)
+	c.wmu.Unlock()
+	// The chunk is free once the answer is out (the client may reuse it as
+	// soon as the answer arrives; Place waits for this).
+	io.busy.Store(false)
+	if err != nil {
+		_ = c.nc.Close()
+	}
+}
+
+// sessionIO is the IO state of a server session: its chunks and one
+// ServerIO per chunk.
+type sessionIO struct {
+	once  sync.Once
+	mem   []byte
+	ios   []ServerIO
+	chunk int
+}
+
+func (s *Server) sessionIO(sess *ServerSession) *sessionIO {
+	sio := &sess.io
+	sio.once.Do(func() {
+		sio.chunk = s.cfg.ChunkSize
+		sio.mem = make([]byte, s.cfg.QueueDepth*s.cfg.ChunkSize)
+		sio.ios = make([]ServerIO, s.cfg.QueueDepth)
+	})
+	return sio
+}
+
+// Place puts an IO_REQ payload into its chunk at the frame's offset, once
+// the chunk's previous request has been answered: a client reuses a chunk
+// only after the answer arrived, so at most the last steps of Complete may
+// still be running.
+func (cp *connPlacer) Place(f *Frame) ([]byte, error) {
+	sio := cp.sio
+	busy := &sio.ios[f.Imm.BufID].busy
+	for i := 0; !busy.CompareAndSwap(false, true); i++ {
+		if i == 100000 {
+			return nil, fmt.Errorf("rtrs/tcp server: chunk %d reused while its request is in flight: %w", f.Imm.BufID, rtrs.ErrOutOfRange)
+		}
+		runtime.Gosched()
+	}
+	cp.placed = int(f.Imm.BufID)
+	base := int(f.Imm.BufID) * sio.chunk
+	return sio.mem[base+int(f.Off) : base+int(f.Off)+int(f.Len)], nil
+}
+
+// connPlacer places one connection's frames and remembers the chunk of the
+// frame being read, to free it if the frame never completes.
+type connPlacer struct {
+	sio    *sessionIO
+	placed int
+}
+
+// release frees the chunk of a frame that will not be served.
+func (cp *connPlacer) release() {
+	if cp.placed >= 0 {
+		cp.sio.ios[cp.placed].busy.Store(false)
+		cp.placed = -1
+	}
+}
+
+// serveIO reads the frames of one connection until it fails: IO requests
+// go to the handler, heartbeats are answered. A silent service connection
+// (cid 0) closes its path.
+func (s *Server) serveIO(c *ServerConn) {
+	s.mu.Lock()
+	p := c.path
+	s.mu.Unlock()
+	if p == nil {
+		return
+	}
+	sess := p.sess
+	sio := s.sessionIO(sess)
+	dec := NewDecoder(ToServer)
+	cp := &connPlacer{sio: sio, placed: -1}
+	dec.SetSession(s.codec, cp)
+	r := bufio.NewReaderSize(c.nc, 64<<10)
+	idle := s.cfg.HeartbeatInterval * time.Duration(s.cfg.MissedHeartbeats+1)
+	defer s.closePath(p)
+	var ack [HeaderSize]byte
+	HeartbeatHeader(true).MarshalTo(ack[:])
+	for {
+		if c.cid == 0 {
+			_ = c.nc.SetReadDeadline(time.Now().Add(idle))
+		}
+		f, err := dec.ReadFrame(r)
+		if err != nil {
+			cp.release()
+			return
+		}
+		switch f.Imm.Type {
+		case rtrs.ImmHBMsg:
+			c.wmu.Lock()
+			_, err = c.nc.Write(ack[:])
+			c.wmu.Unlock()
+			if err != nil {
+				return
+			}
+		case rtrs.ImmHBAck:
+		case rtrs.ImmIOReq:
+			err := s.startIO(sio, sess, c, f)
+			if err != nil {
+				cp.release()
+				return
+			}
+			cp.placed = -1
+		default:
+			return
+		}
+	}
+}
+
+func (s *Server) startIO(sio *sessionIO, sess *ServerSession, c *ServerConn, f *Frame) error {
+	id := f.Imm.BufID
+	base := int(id) * sio.chunk
+	req, err := rtrs.ParseIOReq(sio.mem[base:base+sio.chunk], f.Imm.Off)
+	if err != nil {
+		return fmt.Errorf("rtrs/tcp server: request in chunk %d: %w", id, err)
+	}
+	io := &sio.ios[id]
+	io.Session, io.id, io.conn, io.codec, io.Usr, io.Local = sess.name, id, c, s.codec, req.Usr, c.nc.LocalAddr()
+	switch req.Type {
+	case rtrs.MsgWrite:
+		io.Write, io.Data = true, req.Data
+	default:
+		// A read names where the data goes: over TCP only its length
+		// matters. The kernel server takes exactly one descriptor (or
+		// none, for a flush); the reply is built in the chunk's data area.
+		io.Write = false
+		n := 0
+		switch req.Descs.Len() {
+		case 0:
+		case rtrs.ServerMaxReadSGCnt:
+			n = int(req.Descs.At(0).Len)
+		default:
+			return fmt.Errorf("rtrs/tcp server: read with %d descriptors: %w", req.Descs.Len(), rtrs.ErrOutOfRange)
+		}
+		if n > len(req.Data) {
+			io.Data = nil
+			io.Complete(-int(syscall.EINVAL))
+			return nil
+		}
+		io.Data = req.Data[:n]
+	}
+	s.cfg.Handler.HandleIO(io)
+	return nil
+}

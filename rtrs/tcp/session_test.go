@@ -1,0 +1,490 @@
+package tcp
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math/rand"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/urnbd/urnbd/rtrs"
+)
+
+// memBackend serves requests from memory; the user message is the 8-byte
+// byte offset. It counts requests per server address and, while hold is
+// set, keeps them until release.
+type memBackend struct {
+	mu       sync.Mutex
+	mem      []byte
+	perAddr  map[string]int
+	held     []*ServerIO
+	hold     bool
+	inflight atomic.Int64
+	peak     atomic.Int64
+}
+
+func newMemBackend(size int) *memBackend {
+	return &memBackend{mem: make([]byte, size), perAddr: make(map[string]int)}
+}
+
+func (b *memBackend) HandleIO(io *ServerIO) {
+	n := b.inflight.Add(1)
+	for {
+		p := b.peak.Load()
+		if n <= p || b.peak.CompareAndSwap(p, n) {
+			break
+		}
+	}
+	b.mu.Lock()
+	b.perAddr[io.Local.String()]++
+	if b.hold {
+		b.held = append(b.held, io)
+		b.mu.Unlock()
+		return
+	}
+	b.mu.Unlock()
+	b.serve(io)
+}
+
+func (b *memBackend) serve(io *ServerIO) {
+	off := int(binary.LittleEndian.Uint64(io.Usr))
+	b.mu.Lock()
+	if io.Write {
+		copy(b.mem[off:], io.Data)
+	} else {
+		copy(io.Data, b.mem[off:])
+	}
+	b.mu.Unlock()
+	b.inflight.Add(-1)
+	io.Complete(0)
+}
+
+func (b *memBackend) release() {
+	b.mu.Lock()
+	held := b.held
+	b.held, b.hold = nil, false
+	b.mu.Unlock()
+	for _, io := range held {
+		b.serve(io)
+	}
+}
+
+func (b *memBackend) count(addr string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.perAddr[addr]
+}
+
+const sessQD = 64
+
+func startIOServer(t *testing.T, h ServerHandler, addr string) (*Server, string) {
+	t.Helper()
+	srv, err := NewServer(ServerConfig{QueueDepth: sessQD, ChunkSize: 64 << 10, MaxHdrSize: 4096, Handler: h,
+		HeartbeatInterval: 100 * time.Millisecond, MissedHeartbeats: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return srv, ln.Addr().String()
+}
+
+// addListener makes srv serve on one more loopback port.
+func addListener(t *testing.T, srv *Server) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	return ln.Addr().String()
+}
+
+// proxy forwards a local port to a server; it can delay traffic or die.
+type proxy struct {
+	ln    net.Listener
+	to    string
+	delay atomic.Int64
+	mu    sync.Mutex
+	conns []net.Conn
+	dead  bool
+}
+
+func startProxy(t *testing.T, to string) *proxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{ln: ln, to: to}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", p.to)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			if p.dead {
+				p.mu.Unlock()
+				c.Close()
+				s.Close()
+				continue
+			}
+			p.conns = append(p.conns, c, s)
+			p.mu.Unlock()
+			go p.pipe(c, s)
+			go p.pipe(s, c)
+		}
+	}()
+	t.Cleanup(p.kill)
+	return p
+}
+
+func (p *proxy) addr() string { return p.ln.Addr().String() }
+
+func (p *proxy) pipe(dst, src net.Conn) {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if d := p.delay.Load(); d > 0 {
+				time.Sleep(time.Duration(d))
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	dst.Close()
+	src.Close()
+}
+
+// kill closes the proxy and every connection through it: the path dies and
+// cannot reconnect.
+func (p *proxy) kill() {
+	p.mu.Lock()
+	p.dead = true
+	conns := p.conns
+	p.conns = nil
+	p.mu.Unlock()
+	p.ln.Close()
+	for _, c := range conns {
+		c.Close()
+	}
+}
+
+func dialTest(t *testing.T, policy rtrs.MPPolicy, queues int, dsts ...string) *Client {
+	t.Helper()
+	cfg := ClientConfig{SessName: "test", Queues: queues, Policy: policy, MaxReconnectAttempts: -1,
+		ReconnectDelay: 50 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond, MissedHeartbeats: 5,
+		Timeout: 2 * time.Second}
+	for _, d := range dsts {
+		cfg.Paths = append(cfg.Paths, PathAddr{Dst: d})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := DialClient(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := 0; i < c.Queues(); i++ {
+		wg.Add(1)
+		go func(q *ClientQueue) {
+			defer wg.Done()
+			if err := q.Run(nil); err != nil {
+				t.Error(err)
+			}
+		}(c.Queue(i))
+	}
+	go func() { wg.Wait(); close(done) }()
+	t.Cleanup(func() {
+		c.Close()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Error("queues did not stop after Close")
+		}
+	})
+	return c
+}
+
+// verifier keeps slots requests in flight on one queue: each slot writes
+// fresh random data to its own region, reads it back and compares, rounds
+// times. It runs on the queue's thread.
+type verifier struct {
+	q       *ClientQueue
+	base    int
+	size    int
+	rounds  int
+	reqs    []Request
+	want    [][]byte
+	usr     [][8]byte
+	left    []int
+	rng     *rand.Rand
+	running int
+	errs    []string
+	done    chan struct{}
+	ops     atomic.Int64
+}
+
+func newVerifier(slots, size, rounds, base int) *verifier {
+	v := &verifier{base: base, size: size, rounds: rounds, reqs: make([]Request, slots), want: make([][]byte, slots),
+		usr: make([][8]byte, slots), left: make([]int, slots), rng: rand.New(rand.NewSource(int64(base))), done: make(chan struct{})}
+	for i := range v.reqs {
+		v.want[i] = make([]byte, size)
+		v.reqs[i].Data = make([]byte, size)
+		v.reqs[i].Tag = uint64(i)
+		v.reqs[i].Done = v.onDone
+		v.left[i] = rounds
+	}
+	return v
+}
+
+func (v *verifier) start(q *ClientQueue) {
+	v.q = q
+	v.running = len(v.reqs)
+	for i := range v.reqs {
+		v.write(i)
+	}
+}
+
+func (v *verifier) write(i int) {
+	r := &v.reqs[i]
+	v.rng.Read(v.want[i])
+	copy(r.Data, v.want[i])
+	binary.LittleEndian.PutUint64(v.usr[i][:], uint64(v.base+i*v.size))
+	r.Write, r.Usr = true, v.usr[i][:]
+	if err := v.q.Submit(r); err != nil {
+		v.fail(fmt.Sprintf("submit: %v", err))
+	}
+}
+
+func (v *verifier) fail(s string) {
+	v.errs = append(v.errs, s)
+}
+
+func (v *verifier) onDone(r *Request, errno int) {
+	i := int(r.Tag)
+	v.ops.Add(1)
+	if errno != 0 {
+		v.fail(fmt.Sprintf("slot %d: errno %d", i, errno))
+		v.end()
+		return
+	}
+	if r.Write {
+		clear(r.Data)
+		r.Write = false
+		if err := v.q.Submit(r); err != nil {
+			v.fail(fmt.Sprintf("submit: %v", err))
+		}
+		return
+	}
+	if !bytes.Equal(r.Data, v.want[i]) {
+		v.fail(fmt.Sprintf("slot %d: read back differs from what was written", i))
+	}
+	v.left[i]--
+	if v.left[i] == 0 {
+		v.end()
+		return
+	}
+	v.write(i)
+}
+
+func (v *verifier) end() {
+	v.running--
+	if v.running == 0 {
+		close(v.done)
+	}
+}
+
+func (v *verifier) wait(t *testing.T, d time.Duration) {
+	t.Helper()
+	select {
+	case <-v.done:
+	case <-time.After(d):
+		t.Fatalf("verifier not done after %v (%d ops)", d, v.ops.Load())
+	}
+	if len(v.errs) > 0 {
+		t.Fatalf("%d errors, first: %s", len(v.errs), v.errs[0])
+	}
+}
+
+func runVerifiers(c *Client, slots, size, rounds int) []*verifier {
+	var vs []*verifier
+	for i := 0; i < c.Queues(); i++ {
+		v := newVerifier(slots, size, rounds, i*slots*size)
+		vs = append(vs, v)
+		c.Queue(i).Do(v.start)
+	}
+	return vs
+}
+
+func TestSessionReadWriteVerified(t *testing.T) {
+	b := newMemBackend(16 << 20)
+	_, addr := startIOServer(t, b, "127.0.0.1:0")
+	c := dialTest(t, rtrs.MinInflight, 2, addr)
+	if p := c.Params(); p.QueueDepth != sessQD || p.MaxIOSize != 60<<10 {
+		t.Fatalf("params %+v", p)
+	}
+	for _, size := range []int{512, 4096, 60 << 10} {
+		for _, v := range runVerifiers(c, 8, size, 20) {
+			v.wait(t, 20*time.Second)
+		}
+	}
+	if c.Permits().InUse() != 0 {
+		t.Errorf("%d permits still held", c.Permits().InUse())
+	}
+}
+
+func TestSessionRejectsOversizedRequest(t *testing.T) {
+	_, addr := startIOServer(t, newMemBackend(1<<20), "127.0.0.1:0")
+	c := dialTest(t, rtrs.MinInflight, 1, addr)
+	got := make(chan error, 1)
+	c.Queue(0).Do(func(q *ClientQueue) {
+		r := &Request{Write: true, Data: make([]byte, 61<<10), Usr: make([]byte, 8), Done: func(*Request, int) {}}
+		got <- q.Submit(r)
+	})
+	if err := <-got; err == nil {
+		t.Fatal("a request larger than max_io_size was accepted")
+	}
+}
+
+func TestSessionFailoverWhenPathDies(t *testing.T) {
+	b := newMemBackend(16 << 20)
+	srv, addrA := startIOServer(t, b, "127.0.0.1:0")
+	addrB := addListener(t, srv)
+	pa, pb := startProxy(t, addrA), startProxy(t, addrB)
+	c := dialTest(t, rtrs.RoundRobin, 2, pa.addr(), pb.addr())
+	vs := runVerifiers(c, 16, 16<<10, 200)
+	// Let I/O run on both paths, then kill path A for good.
+	deadline := time.Now().Add(10 * time.Second)
+	for vs[0].ops.Load() < 200 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	pa.kill()
+	onA, onB := b.count(addrA), b.count(addrB)
+	if onA == 0 || onB == 0 {
+		t.Fatalf("before the kill: %d requests on A, %d on B; want both used", onA, onB)
+	}
+	for _, v := range vs {
+		v.wait(t, 60*time.Second)
+	}
+	if b.count(addrB) <= onB {
+		t.Error("no request went over path B after A died")
+	}
+	t.Logf("requests on A %d (all before the kill, or failed over), on B %d then %d", b.count(addrA), onB, b.count(addrB))
+	infos := c.Paths()
+	if infos[0].State == "connected" {
+		t.Errorf("path A still connected after its proxy died: %+v", infos[0])
+	}
+	if infos[1].State != "connected" {
+		t.Errorf("path B: %+v", infos[1])
+	}
+	t.Logf("paths after the kill: %+v", infos)
+}
+
+func TestSessionReconnectsAfterServerRestart(t *testing.T) {
+	b := newMemBackend(16 << 20)
+	srv, addr := startIOServer(t, b, "127.0.0.1:0")
+	c := dialTest(t, rtrs.MinInflight, 2, addr)
+	for _, v := range runVerifiers(c, 4, 4096, 10) {
+		v.wait(t, 20*time.Second)
+	}
+	srv.Close()
+	// Requests submitted while the server is down wait for the path.
+	vs := runVerifiers(c, 4, 4096, 10)
+	time.Sleep(200 * time.Millisecond)
+	startIOServer(t, b, addr)
+	for _, v := range vs {
+		v.wait(t, 30*time.Second)
+	}
+	p := c.Paths()[0]
+	if p.State != "connected" || p.ReconnectsOK < 1 {
+		t.Errorf("after restart: %+v", p)
+	}
+}
+
+func TestSessionPolicies(t *testing.T) {
+	for _, tc := range []struct {
+		policy rtrs.MPPolicy
+		slowA  bool
+		check  func(a, b int) bool
+		want   string
+	}{
+		{rtrs.RoundRobin, false, func(a, b int) bool { return a > 0 && b > 0 && abs(a-b) <= (a+b)/10 }, "both paths about equally"},
+		{rtrs.MinInflight, true, func(a, b int) bool { return b > 2*a }, "most requests on the fast path B"},
+		{rtrs.MinLatency, true, func(a, b int) bool { return a == 0 || b > 10*a }, "(nearly) all requests on the low-latency path B"},
+	} {
+		t.Run(tc.policy.Name(), func(t *testing.T) {
+			b := newMemBackend(16 << 20)
+			srv, addrA := startIOServer(t, b, "127.0.0.1:0")
+			addrB := addListener(t, srv)
+			pa, pb := startProxy(t, addrA), startProxy(t, addrB)
+			if tc.slowA {
+				pa.delay.Store(int64(2 * time.Millisecond))
+			}
+			c := dialTest(t, tc.policy, 1, pa.addr(), pb.addr())
+			time.Sleep(300 * time.Millisecond) // a few heartbeats: latencies known
+			v := newVerifier(8, 4096, 50, 0)
+			c.Queue(0).Do(v.start)
+			v.wait(t, 60*time.Second)
+			a, bb := b.count(addrA), b.count(addrB)
+			t.Logf("%s: path A %d requests, path B %d", tc.policy.Name(), a, bb)
+			if !tc.check(a, bb) {
+				t.Errorf("%s sent %d requests on A and %d on B; want %s", tc.policy.Name(), a, bb, tc.want)
+			}
+		})
+	}
+}
+
+func abs(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// With the server holding every request, only queue-depth requests reach
+// it: the rest wait in the client, and Submit never blocks.
+func TestSessionBackPressure(t *testing.T) {
+	b := newMemBackend(16 << 20)
+	b.hold = true
+	_, addr := startIOServer(t, b, "127.0.0.1:0")
+	c := dialTest(t, rtrs.MinInflight, 2, addr)
+	vs := runVerifiers(c, 3*sessQD/2, 4096, 1) // 3×QD requests over two queues
+	deadline := time.Now().Add(5 * time.Second)
+	for b.inflight.Load() < sessQD && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if got := b.inflight.Load(); got != sessQD {
+		t.Fatalf("server holds %d requests, want exactly the queue depth %d", got, sessQD)
+	}
+	if c.Permits().InUse() != sessQD {
+		t.Fatalf("%d permits in use, want %d", c.Permits().InUse(), sessQD)
+	}
+	b.release()
+	for _, v := range vs {
+		v.wait(t, 30*time.Second)
+	}
+	if p := b.peak.Load(); p > sessQD {
+		t.Fatalf("server saw %d requests at once, more than the queue depth %d", p, sessQD)
+	}
+}
