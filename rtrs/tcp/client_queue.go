@@ -304,7 +304,7 @@ func (q *ClientQueue) send(r *Request, skip int) bool {
 		return true
 	}
 	r.qc, r.sent = qc, 0
-	qc.path.inflight.Add(1)
+	qc.path.stats.IncInflight()
 	qc.sendq.push(r)
 	if !qc.pollOn {
 		q.flush(qc)
@@ -403,6 +403,8 @@ func (q *ClientQueue) onRecv(qc *qconn, res int32) {
 		return
 	}
 	b := qc.rbuf[:res]
+	frames := 0
+	defer func() { qc.path.stats.RecordPoll(q.id, frames) }()
 	for len(b) > 0 {
 		n, f, err := qc.dec.Feed(b)
 		b = b[n:]
@@ -413,6 +415,7 @@ func (q *ClientQueue) onRecv(qc *qconn, res int32) {
 		if f == nil {
 			break
 		}
+		frames++
 		if f.Imm.Type != rtrs.ImmIORsp {
 			continue // heartbeats are the service connection's business
 		}
@@ -440,7 +443,17 @@ func (qc *qconn) Place(f *Frame) ([]byte, error) {
 }
 
 func (q *ClientQueue) complete(r *Request, errno int) {
-	r.qc.path.inflight.Add(-1)
+	st := r.qc.path.stats
+	st.DecInflight()
+	n := uint64(len(r.Usr) + len(r.Data))
+	lat := time.Duration(nanotime() - r.start)
+	if r.Write {
+		st.RecordWrite(q.id, n)
+		st.RecordWriteLatency(q.id, lat)
+	} else {
+		st.RecordRead(q.id, n)
+		st.RecordReadLatency(q.id, lat)
+	}
 	q.finish(r, errno)
 }
 
@@ -484,8 +497,8 @@ func (q *ClientQueue) fail(qc *qconn) {
 		if r == nil || r.qc != qc {
 			continue
 		}
-		qc.path.inflight.Add(-1)
-		qc.path.failovers.Add(1)
+		qc.path.stats.DecInflight()
+		qc.path.stats.RecordFailover(q.id)
 		r.qc = nil
 		r.failovers++
 		if !q.send(r, qc.slot) {

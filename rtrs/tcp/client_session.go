@@ -3,7 +3,6 @@ package tcp
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"net"
 	"runtime"
@@ -108,14 +107,10 @@ type clientPath struct {
 	addr     PathAddr
 	sessUUID rtrs.UUID
 	state    atomic.Int32
-	inflight atomic.Int64
 	rttNS    atomic.Int64
-	// Reconnect counters, as the kernel's stats/reconnects file: the
-	// successful one starts at -1 and becomes 0 at the first connect.
-	reconnOK, reconnFailed atomic.Int64
-	failovers              atomic.Int64
-	reconCnt               uint16
-	everUp                 bool
+	stats    *rtrs.ClientPathStats
+	reconCnt uint16
+	everUp   bool
 
 	kick chan pathCmd // failure reports and user commands
 	svc  *ClientConn  // service connection while connected
@@ -133,7 +128,7 @@ const (
 
 // Usable implements rtrs.PathLoad.
 func (p *clientPath) Usable() bool    { return p.state.Load() == PathStateConnected }
-func (p *clientPath) Inflight() int64 { return p.inflight.Load() }
+func (p *clientPath) Inflight() int64 { return p.stats.Inflight() }
 func (p *clientPath) Latency() int64  { return p.rttNS.Load() }
 
 func (p *clientPath) report(cmd pathCmd) {
@@ -238,7 +233,7 @@ func (c *Client) abort(err error) error {
 func (c *Client) newPath(idx int, a PathAddr) *clientPath {
 	p := &clientPath{c: c, idx: idx, addr: a, sessUUID: newUUID(), kick: make(chan pathCmd, 1)}
 	p.state.Store(PathStateConnecting)
-	p.reconnOK.Store(-1)
+	p.stats = rtrs.NewClientPathStats(c.cfg.Queues)
 	c.mu.Lock()
 	c.paths = append(c.paths, p)
 	c.mu.Unlock()
@@ -270,14 +265,12 @@ func (c *Client) SetPolicy(p rtrs.MPPolicy) {
 
 // ClientPathInfo is a snapshot of a client path.
 type ClientPathInfo struct {
-	Index            int
-	Addr             PathAddr
-	State            string
-	Inflight         int64
-	RTT              time.Duration
-	ReconnectsOK     int64
-	ReconnectsFailed int64
-	Failovers        int64
+	Index int
+	Addr  PathAddr
+	State string
+	RTT   time.Duration
+	// Stats are the path's statistics (live, not a copy).
+	Stats *rtrs.ClientPathStats
 }
 
 // Paths returns a snapshot of the session's paths.
@@ -288,9 +281,7 @@ func (c *Client) Paths() []ClientPathInfo {
 	for _, p := range c.paths {
 		out = append(out, ClientPathInfo{
 			Index: p.idx, Addr: p.addr, State: PathStateName(p.state.Load()),
-			Inflight: p.inflight.Load(), RTT: time.Duration(p.rttNS.Load()),
-			ReconnectsOK: p.reconnOK.Load(), ReconnectsFailed: p.reconnFailed.Load(),
-			Failovers: p.failovers.Load(),
+			RTT: time.Duration(p.rttNS.Load()), Stats: p.stats,
 		})
 	}
 	return out
@@ -449,7 +440,7 @@ func (p *clientPath) run(conns []*ClientConn) {
 			attempts++
 			if err != nil {
 				if p.everUp {
-					p.reconnFailed.Add(1)
+					p.stats.ReconnectFailed()
 				}
 				continue
 			}
@@ -464,7 +455,7 @@ func (p *clientPath) run(conns []*ClientConn) {
 		}
 		attempts = 0
 		p.everUp = true
-		p.reconnOK.Add(1)
+		p.stats.ReconnectSucceeded()
 		if err := p.attach(conns); err != nil {
 			conns = nil
 			p.state.Store(PathStateReconnecting)
@@ -638,4 +629,3 @@ func (p *clientPath) heartbeat() pathCmd {
 	}
 }
 
-var errNoPath = errors.New("no usable path")

@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"bytes"
+	"strings"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -391,6 +392,9 @@ func TestSessionFailoverWhenPathDies(t *testing.T) {
 	}
 	t.Logf("requests on A %d (all before the kill, or failed over), on B %d then %d", b.count(addrA), onB, b.count(addrB))
 	infos := c.Paths()
+	if fo := infos[0].Stats.Snapshot(); fo.Failovers == 0 {
+		t.Errorf("path A's stats count no failover: %s", infos[0].Stats.AppendRdma(nil))
+	}
 	if infos[0].State == "connected" {
 		t.Errorf("path A still connected after its proxy died: %+v", infos[0])
 	}
@@ -416,8 +420,11 @@ func TestSessionReconnectsAfterServerRestart(t *testing.T) {
 		v.wait(t, 30*time.Second)
 	}
 	p := c.Paths()[0]
-	if p.State != "connected" || p.ReconnectsOK < 1 {
-		t.Errorf("after restart: %+v", p)
+	if got := string(p.Stats.AppendReconnects(nil)); p.State != "connected" || !strings.HasPrefix(got, "1 ") {
+		t.Errorf("after restart: state %s, stats/reconnects %q; want connected, 1 success", p.State, got)
+	}
+	if got := string(p.Stats.AppendRdma(nil)); !strings.HasSuffix(got, " 0 0\n") {
+		t.Errorf("stats/rdma %q: want nothing in flight and no failover on a single path", got)
 	}
 }
 
