@@ -628,4 +628,3 @@ func (p *clientPath) heartbeat() pathCmd {
 		}
 	}
 }
-

@@ -2,12 +2,12 @@ package tcp
 
 import (
 	"bytes"
-	"strings"
 	"context"
 	"encoding/binary"
 	"fmt"
 	"math/rand"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
