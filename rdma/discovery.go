@@ -16,7 +16,7 @@ import (
 // Device discovery reads sysfs (/sys/class/infiniband) directly; it needs
 // no device to be opened and no cgo.
 
-// SysfsRoot is where discovery reads sysfs; tests point it elsewhere.
+// SysfsRoot is where discovery reads sysfs.
 const SysfsRoot = "/sys"
 
 // PortState is the logical state of a port (enum ib_port_state).

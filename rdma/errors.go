@@ -13,11 +13,11 @@ import (
 // ErrClosed is returned when an object is used after Destroy/Close.
 var ErrClosed = errors.New("rdma: use of destroyed object")
 
-// errnoOf returns the errno in err (from a cgo call), or EIO when the
-// library failed without setting errno.
+// errnoOf returns the errno in err (from a cgo call, which gives a bare
+// syscall.Errno), or EIO when the library failed without setting errno.
+// It does not allocate.
 func errnoOf(err error) error {
-	var e syscall.Errno
-	if errors.As(err, &e) && e != 0 {
+	if e, ok := err.(syscall.Errno); ok && e != 0 {
 		return e
 	}
 	return syscall.EIO

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -32,7 +33,13 @@ type ClientQueue struct {
 	reqs    []*Request // by permit id: this queue's requests in flight
 	scratch []byte     // per permit id: frame header, user message, RTRS header
 	waiting reqList    // requests without a permit or a usable path
+	dirty   []*qconn   // connections with frames to write at Flush
 	onCQE   func(*uring.CQE)
+
+	// starved is set while requests wait for a permit; another queue that
+	// returns a permit then kicks this one (once, until it has run).
+	starved atomic.Bool
+	kicked  atomic.Bool
 
 	wakeFD  int
 	wakeBuf [8]byte
@@ -71,7 +78,8 @@ type qconn struct {
 	dec    *Decoder
 	rbuf   []byte
 	sendq  reqList
-	iov    [3]unix.Iovec
+	iov    [64]unix.Iovec
+	dirty  bool // queued in q.dirty, to be flushed
 	recvOn bool // a RECV is in the ring
 	pollOn bool // a POLLOUT is in the ring
 	dead   bool
@@ -123,6 +131,7 @@ func (q *ClientQueue) Run(start func(q *ClientQueue)) error {
 		start(q)
 	}
 	for !q.closed {
+		q.Flush()
 		if _, err := ring.SubmitAndWait(1); err != nil {
 			return fmt.Errorf("rtrs/tcp client queue %d: %w", q.id, err)
 		}
@@ -289,6 +298,9 @@ func (q *ClientQueue) send(r *Request, skip int) bool {
 	if r.id < 0 {
 		id, ok := q.c.permits.Get(q.id)
 		if !ok {
+			if !q.starved.Swap(true) {
+				q.c.starved.Add(1)
+			}
 			return false
 		}
 		r.id = id
@@ -306,8 +318,9 @@ func (q *ClientQueue) send(r *Request, skip int) bool {
 	r.qc, r.sent = qc, 0
 	qc.path.stats.IncInflight()
 	qc.sendq.push(r)
-	if !qc.pollOn {
-		q.flush(qc)
+	if !qc.dirty && !qc.pollOn {
+		qc.dirty = true
+		q.dirty = append(q.dirty, qc)
 	}
 	return true
 }
@@ -361,11 +374,31 @@ func (q *ClientQueue) buildFrame(r *Request) error {
 	return nil
 }
 
+// Flush writes the frames queued since the last Flush, many per system
+// call. The event loop that drives the queue calls it after each batch of
+// completions (Run does).
+func (q *ClientQueue) Flush() {
+	// A failed write fails requests over, which may queue more
+	// connections here: take them from the end until none is left.
+	for n := len(q.dirty); n > 0; n = len(q.dirty) {
+		qc := q.dirty[n-1]
+		q.dirty[n-1] = nil
+		q.dirty = q.dirty[:n-1]
+		qc.dirty = false
+		if !qc.dead && !qc.pollOn {
+			q.flush(qc)
+		}
+	}
+}
+
 // flush writes queued frames until the socket is full (then a POLLOUT is
 // armed) or the queue is empty.
 func (q *ClientQueue) flush(qc *qconn) {
-	for r := qc.sendq.head; r != nil; r = qc.sendq.head {
-		n := r.iovecs(&qc.iov)
+	for qc.sendq.head != nil {
+		n := 0
+		for r := qc.sendq.head; r != nil && n+len(r.parts) <= len(qc.iov); r = r.next {
+			n += r.iovecs((*[3]unix.Iovec)(qc.iov[n : n+3]))
+		}
 		w, _, errno := unix.Syscall(unix.SYS_WRITEV, uintptr(qc.fd), uintptr(unsafe.Pointer(&qc.iov[0])), uintptr(n))
 		switch {
 		case errno == unix.EAGAIN:
@@ -378,9 +411,14 @@ func (q *ClientQueue) flush(qc *qconn) {
 			q.fail(qc)
 			return
 		}
-		r.sent += int(w)
-		if r.sent == r.frameLen {
-			qc.sendq.pop()
+		for left := int(w); left > 0; {
+			r := qc.sendq.head
+			k := min(left, r.frameLen-r.sent)
+			r.sent += k
+			left -= k
+			if r.sent == r.frameLen {
+				qc.sendq.pop()
+			}
 		}
 	}
 }
@@ -463,13 +501,27 @@ func (q *ClientQueue) finish(r *Request, errno int) {
 		q.reqs[r.id] = nil
 		q.c.permits.Put(r.id)
 		r.id = -1
+		if q.c.starved.Load() > 0 {
+			q.c.kickStarved(q)
+		}
 	}
 	r.qc = nil
 	r.Done(r, errno)
 	q.retryWaiting()
 }
 
+// kickStarved wakes the queues (other than from) whose requests wait for a
+// permit. Only under permit exhaustion, so not on the common path.
+func (c *Client) kickStarved(from *ClientQueue) {
+	for _, o := range c.queues {
+		if o != from && o.starved.Load() && !o.kicked.Swap(true) {
+			o.post(qmsg{kind: msgRetry})
+		}
+	}
+}
+
 func (q *ClientQueue) retryWaiting() {
+	q.kicked.Store(false)
 	for r := q.waiting.pop(); r != nil; r = q.waiting.pop() {
 		if !q.send(r, -1) {
 			q.waiting.pushFront(r)
@@ -480,6 +532,9 @@ func (q *ClientQueue) retryWaiting() {
 		for r := q.waiting.pop(); r != nil; r = q.waiting.pop() {
 			q.finish(r, -int(syscall.ENOTCONN))
 		}
+	}
+	if q.waiting.empty() && q.starved.Swap(false) {
+		q.c.starved.Add(-1)
 	}
 }
 

@@ -93,6 +93,7 @@ type Client struct {
 	params    Params
 	permits   *rtrs.Permits
 	queues    []*ClientQueue
+	starved   atomic.Int32 // queues whose requests wait for a permit
 
 	mu     sync.Mutex // control plane: paths, closing
 	paths  []*clientPath

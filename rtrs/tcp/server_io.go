@@ -41,8 +41,6 @@ type ServerIO struct {
 	conn  *ServerConn
 	codec rtrs.ImmCodec
 	hdr   [HeaderSize]byte
-	bufs  [2][]byte
-	nb    net.Buffers
 }
 
 // Complete answers the request: errno is 0 or a negative errno. A
@@ -60,21 +58,47 @@ func (io *ServerIO) Complete(errno int) {
 		n = 0
 	}
 	h.MarshalTo(io.hdr[:])
-	io.bufs[0], io.bufs[1] = io.hdr[:], io.Data[:n]
-	io.nb = io.bufs[:]
-	if n == 0 {
-		io.nb = io.bufs[:1]
-	}
 	c := io.conn
 	c.wmu.Lock()
-	_, err = io.nb.WriteTo(c.nc)
-	c.wmu.Unlock()
-	// The chunk is free once the answer is out (the client may reuse it as
-	// soon as the answer arrives; Place waits for this).
+	c.wbuf = append(append(c.wbuf, io.hdr[:]...), io.Data[:n]...)
+	// The answer is copied: the chunk is free (the client reuses it only
+	// once the answer arrived; Place waits for this store).
 	io.busy.Store(false)
+	err = nil
+	if !c.inLoop || len(c.wbuf) >= flushThreshold {
+		err = c.flushLocked()
+	}
+	c.wmu.Unlock()
 	if err != nil {
 		_ = c.nc.Close()
 	}
+}
+
+// flushThreshold is how many answer bytes a connection gathers before it
+// writes them even in the middle of a batch of requests.
+const flushThreshold = 256 << 10
+
+// flushLocked writes the gathered answers; c.wmu is held.
+func (c *ServerConn) flushLocked() error {
+	if len(c.wbuf) == 0 {
+		return nil
+	}
+	_, err := c.nc.Write(c.wbuf)
+	c.wbuf = c.wbuf[:0]
+	return err
+}
+
+// setInLoop says whether the serving goroutine is in a batch of requests:
+// answers completed meanwhile are gathered and written once at its end.
+// Leaving the batch writes them.
+func (c *ServerConn) setInLoop(in bool) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.inLoop = in
+	if in {
+		return nil
+	}
+	return c.flushLocked()
 }
 
 // sessionIO is the IO state of a server session: its chunks and one
@@ -149,7 +173,15 @@ func (s *Server) serveIO(c *ServerConn) {
 	defer s.closePath(p)
 	var ack [HeaderSize]byte
 	HeartbeatHeader(true).MarshalTo(ack[:])
+	c.wbuf = make([]byte, 0, flushThreshold+sio.chunk+HeaderSize)
 	for {
+		if r.Buffered() == 0 {
+			// Nothing more to read without blocking: end of the batch.
+			if err := c.setInLoop(false); err != nil {
+				cp.release()
+				return
+			}
+		}
 		if c.cid == 0 {
 			_ = c.nc.SetReadDeadline(time.Now().Add(idle))
 		}
@@ -158,14 +190,12 @@ func (s *Server) serveIO(c *ServerConn) {
 			cp.release()
 			return
 		}
+		_ = c.setInLoop(true)
 		switch f.Imm.Type {
 		case rtrs.ImmHBMsg:
 			c.wmu.Lock()
-			_, err = c.nc.Write(ack[:])
+			c.wbuf = append(c.wbuf, ack[:]...)
 			c.wmu.Unlock()
-			if err != nil {
-				return
-			}
 		case rtrs.ImmHBAck:
 		case rtrs.ImmIOReq:
 			err := s.startIO(sio, sess, c, f)

@@ -56,10 +56,12 @@ type ServerPath struct {
 
 // ServerConn is one accepted TCP connection of a path.
 type ServerConn struct {
-	nc   net.Conn
-	cid  uint16
-	path *ServerPath
-	wmu  sync.Mutex // one frame at a time on nc
+	nc     net.Conn
+	cid    uint16
+	path   *ServerPath
+	wmu    sync.Mutex // guards wbuf, inLoop and writes to nc
+	wbuf   []byte     // answers gathered in a batch
+	inLoop bool
 }
 
 // CID returns the connection's index in its path.
