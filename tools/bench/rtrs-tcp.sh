@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# RTRS over TCP on loopback, same machine, same run: urnbd's load generator
+# (tools/rtrsbench: RTRS client and server with a memory backend) against
+# nbdkit's memory plugin driven by fio's nbd engine. 4k randread and
+# randwrite at QD32, 128k sequential read at QD32. Prints IOPS and ratios.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+GO=${GO:-$(bash tools/deps.sh | sed -n 's/^GO=//p')}
+runtime=${URNBD_BENCH_RUNTIME:-10}
+mkdir -p .cache/bench
+"$GO" build -o .cache/bench/rtrsbench ./tools/rtrsbench
+port=$((20000 + RANDOM % 20000))
+nbdkit -f -p "$port" -i 127.0.0.1 memory 1G &
+nbdpid=$!
+trap 'kill $nbdpid 2>/dev/null || true' EXIT
+sleep 1
+json() { python3 -c "import json,sys; print(round(json.load(sys.stdin)[sys.argv[1]]))" "$1"; }
+fio_iops() {
+  fio --output-format=json --name=nbd --ioengine=nbd --uri="nbd://127.0.0.1:$port" --rw="$1" --bs="$2" \
+      --iodepth=32 --time_based --runtime="$runtime" --size=1G 2>/dev/null |
+    sed -n '/^{/,$p' | python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]; print(round(j["read"]["iops"]+j["write"]["iops"]))'
+}
+printf '%-16s %12s %12s %8s\n' workload urnbd-rtrs nbdkit ratio
+for w in "randread 4k" "randwrite 4k" "read 128k"; do
+  set -- $w
+  ours=$(.cache/bench/rtrsbench -rw "$1" -bs "$2" -iodepth 32 -runtime "${runtime}s" | json iops)
+  theirs=$(fio_iops "$1" "$2")
+  printf '%-16s %12s %12s %7.2fx\n' "$1 $2" "$ours" "$theirs" "$(python3 -c "print($ours/$theirs)")"
+done | tee .cache/bench/rtrs-tcp.txt
