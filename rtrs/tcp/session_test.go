@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand"
 	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -575,5 +577,116 @@ func TestSessionAllocatesNothingPerRequest(t *testing.T) {
 	got := testing.AllocsPerRun(200, round)
 	if got-base > 0.05 {
 		t.Fatalf("%.2f allocations per request round trip beyond the harness's %.2f", got-base, base)
+	}
+}
+
+func waitPathState(t *testing.T, c *Client, idx int, want string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ps := c.Paths()
+		if idx < len(ps) && ps[idx].State == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("path %d: state %v, want %s", idx, ps, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Paths are added, disconnected, reconnected and removed at run time while
+// I/O runs, and I/O keeps completing, verified, through whatever is left.
+func TestSessionPathManagement(t *testing.T) {
+	b := newMemBackend(16 << 20)
+	srv, addrA := startIOServer(t, b, "127.0.0.1:0")
+	addrB := addListener(t, srv)
+	c := dialTest(t, rtrs.RoundRobin, 2, addrA)
+	run := func(what string) {
+		t.Helper()
+		for _, v := range runVerifiers(c, 4, 4096, 20) {
+			v.wait(t, 30*time.Second)
+		}
+		t.Logf("%s: I/O verified; A %d, B %d requests so far", what, b.count(addrA), b.count(addrB))
+	}
+	run("one path")
+
+	idx, err := c.AddPath(PathAddr{Dst: addrB})
+	if err != nil || idx != 1 {
+		t.Fatalf("AddPath = %d, %v", idx, err)
+	}
+	if _, err := c.AddPath(PathAddr{Dst: addrB}); !errors.Is(err, syscall.EEXIST) {
+		t.Errorf("adding the same path twice: %v, want EEXIST", err)
+	}
+	waitPathState(t, c, 1, "connected")
+	before := b.count(addrB)
+	run("added B")
+	if b.count(addrB) == before {
+		t.Error("the added path carries no request")
+	}
+
+	if err := c.DisconnectPath(0); err != nil {
+		t.Fatal(err)
+	}
+	waitPathState(t, c, 0, "disconnected")
+	before = b.count(addrA)
+	run("A disconnected")
+	time.Sleep(200 * time.Millisecond) // several reconnect delays: it must stay down
+	if s := c.Paths()[0].State; s != "disconnected" {
+		t.Errorf("a disconnected path came back by itself: %s", s)
+	}
+	if b.count(addrA) != before {
+		t.Error("requests went over the disconnected path")
+	}
+
+	if err := c.ReconnectPath(0); err != nil {
+		t.Fatal(err)
+	}
+	waitPathState(t, c, 0, "connected")
+	run("A reconnected")
+
+	if err := c.RemovePath(1); err != nil {
+		t.Fatal(err)
+	}
+	waitPathState(t, c, 1, "removed")
+	before = b.count(addrB)
+	run("B removed")
+	if b.count(addrB) != before {
+		t.Error("requests went over the removed path")
+	}
+	if err := c.RemovePath(1); !errors.Is(err, syscall.ENOENT) {
+		t.Errorf("removing a removed path: %v, want ENOENT", err)
+	}
+}
+
+// A path gives up after max_reconnect_attempts failed reconnects.
+func TestSessionMaxReconnectAttempts(t *testing.T) {
+	b := newMemBackend(1 << 20)
+	_, addr := startIOServer(t, b, "127.0.0.1:0")
+	p := startProxy(t, addr)
+	cfg := ClientConfig{SessName: "test", Queues: 1, Paths: []PathAddr{{Dst: p.addr()}}, MaxReconnectAttempts: 3,
+		ReconnectDelay: 20 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond, Timeout: time.Second}
+	c, err := DialClient(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go c.Queue(0).Run(nil)
+	defer c.Close()
+	p.kill()
+	waitPathState(t, c, 0, "disconnected")
+	if got := string(c.Paths()[0].Stats.AppendReconnects(nil)); got != "0 3\n" {
+		t.Errorf("stats/reconnects = %q, want \"0 3\\n\" (first connect, then 3 failed attempts)", got)
+	}
+	// Requests now fail instead of waiting forever.
+	got := make(chan int, 1)
+	r := &Request{Write: true, Data: make([]byte, 512), Usr: make([]byte, 8), Done: func(_ *Request, e int) { got <- e }}
+	c.Queue(0).Do(func(q *ClientQueue) { q.Submit(r) })
+	select {
+	case e := <-got:
+		if e != -int(syscall.ENOTCONN) {
+			t.Errorf("request on a session with no path left: errno %d, want -ENOTCONN", e)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("request on a session with no path left never completed")
 	}
 }
