@@ -50,13 +50,17 @@ fuzz_short() { # every Fuzz target, a few seconds each
 
 lab_build() {
   mkdir -p .cache/lab/bin
-  rm -f .cache/lab/bin/*.test
+  rm -f .cache/lab/bin/*.test .cache/lab/bin/tests.txt
   go build -o .cache/lab/bin/urnbd ./cmd/urnbd
-  local pkg name
+  local pkg dir rel name
   for pkg in $(go list ./...); do
-    if grep -qls 'func TestLab' "$(go list -f '{{.Dir}}' "$pkg")"/*_test.go 2>/dev/null; then
-      name=$(basename "$pkg")
+    dir=$(go list -f '{{.Dir}}' "$pkg")
+    if grep -qs 'func TestLab' "$dir"/*_test.go; then
+      rel=${dir#"$root"/}
+      name=${rel//\//_}
       go test -c -o ".cache/lab/bin/$name.test" "$pkg"
+      # go-tests.sh runs each binary from its package folder.
+      printf '%s %s\n' "$name.test" "$rel" >>.cache/lab/bin/tests.txt
     fi
   done
 }
