@@ -27,6 +27,7 @@ type Queue struct {
 	bufs    []byte
 	reqs    []Request
 	handler QueueHandler
+	flusher Flusher          // handler, if it batches
 	onCQE   func(*uring.CQE) // q.handleCQE, made once so reaping does not allocate
 
 	live int // tags that the kernel has not aborted
@@ -119,6 +120,7 @@ func (q *Queue) setup(target Target) error {
 	if err != nil {
 		return fmt.Errorf("queue %d: target: %w", q.id, err)
 	}
+	q.flusher, _ = q.handler.(Flusher)
 	for tag := 0; tag < q.depth; tag++ {
 		q.queueCmd(opFetchReq, uint16(tag), 0)
 	}
@@ -159,6 +161,9 @@ func (q *Queue) loop() error {
 			return fmt.Errorf("queue %d: %w", q.id, err)
 		}
 		q.ring.ForEachCQE(q.onCQE)
+		if q.flusher != nil {
+			q.flusher.Flush()
+		}
 	}
 	return nil
 }

@@ -25,6 +25,13 @@ type QueueHandler interface {
 	Close() error
 }
 
+// A Flusher is a QueueHandler that batches work (sends, submissions) while
+// it handles a round of completions: the queue calls Flush after each round,
+// before it waits again.
+type Flusher interface {
+	Flush()
+}
+
 // Request is one block request as the kernel passed it in a tag's
 // descriptor.
 type Request struct {

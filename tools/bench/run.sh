@@ -9,7 +9,9 @@ GO=$(bash tools/deps.sh | sed -n 's/^GO=//p')
 export PATH="$(dirname "$GO"):$PATH"
 mkdir -p .cache/bench .cache/lab/bin
 echo "== Go benchmarks (host)"
-go test -run '^$' -bench . -benchmem ./uring ./rtrs ./rnbd | tee .cache/bench/host.txt
+go test -run '^$' -bench . -benchmem ./uring ./rtrs/... ./rnbd | tee .cache/bench/host.txt
+echo "== RTRS over TCP (loopback) vs nbdkit memory + fio nbd"
+GO="$GO" tools/bench/rtrs-tcp.sh
 echo "== ublk in the lab"
 go build -o .cache/lab/bin/urnbd ./cmd/urnbd
 go test -c -o .cache/lab/bin/ublk.test ./ublk
