@@ -68,4 +68,36 @@
 // Over TCP two paths of a session are told apart by (source IP, destination
 // IP and port), so that two paths can run over loopback to two listeners;
 // the kernel compares only the IP pair.
+//
+// # Data path
+//
+// A Client has one ClientQueue per CPU; connection cid i+1 of every path
+// belongs to queue i, and cid 0 carries the heartbeats. A queue is driven
+// by one thread's io_uring: its own (Run) or the one of the event loop it
+// is attached to (Attach, HandleCQE, Flush; a ublk queue, for instance).
+// Submit never blocks and never allocates: a request takes a permit (a
+// server chunk index, shared by the whole session: the credits), the
+// multipath policy picks a path, and the frame is queued; Flush writes the
+// frames queued during a round of completions with one writev per
+// connection. Answers are read by an io_uring read into a per-connection
+// buffer; read data is placed straight into the request's buffer, and Done
+// runs on the queue's thread. Without a permit or a usable path a request
+// waits in its queue (a queue that returns a permit wakes queues waiting
+// for one), so a slow server pushes back on the submitters instead of
+// having requests buffered without bound.
+//
+// When a connection fails (read or write error, end of stream, or a path
+// failed by missed heartbeats or by the user), its requests are sent again,
+// with the same chunk index, on another usable path; with none left they
+// wait for a reconnect, and fail with -ENOTCONN once no path may come back
+// (max_reconnect_attempts exhausted, or all paths removed or
+// disconnected). A path reconnects after ReconnectDelay, as often as
+// MaxReconnectAttempts allows (-1: always).
+//
+// The server reads each connection with one goroutine; a request's payload
+// is read straight into its chunk, the handler serves it (synchronously or
+// later, from any goroutine) and the answers of a batch of requests go out
+// in one write when the connection has nothing more to read. A chunk is
+// taken from the moment its request arrives until its answer is written;
+// a client that reuses a chunk before that breaks the protocol.
 package tcp
