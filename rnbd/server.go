@@ -1,0 +1,286 @@
+package rnbd
+
+import (
+	"errors"
+	"fmt"
+	"log"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/urnbd/urnbd/rtrs/tcp"
+)
+
+// ServerConfig configures an RNBD server.
+type ServerConfig struct {
+	// DevSearchPath is the folder the clients' device paths are relative
+	// to; it may contain %SESSNAME% (see ResolveDevPath).
+	DevSearchPath string
+	// MaxIOSize is the transport's max_io_size, announced as the devices'
+	// max_hw_sectors.
+	MaxIOSize int
+	// Logf, if set, receives one line per open and close.
+	Logf func(format string, args ...any)
+}
+
+// Server serves RNBD sessions: it opens the devices clients ask for, under
+// the kernel server's access rules, and performs their block requests.
+// It is the handler of an RTRS server.
+type Server struct {
+	cfg ServerConfig
+
+	mu       sync.Mutex         // control path: opens, closes, sessions
+	sessions sync.Map           // name → *serverSession, read without mu
+	exports  map[string]*export // by resolved path; under mu
+}
+
+// export is one file or block device opened by one or more sessions.
+type export struct {
+	path    string
+	writers int // mappings with access mode rw or migration
+	users   int
+}
+
+type serverSession struct {
+	name string
+	ver  uint8
+	// devs is the device table by id (nil = free), replaced as a whole
+	// under Server.mu and read without a lock by the I/O path.
+	devs atomic.Pointer[[]*mapping]
+}
+
+func (sess *serverSession) table() []*mapping {
+	if p := sess.devs.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// mapping is one device opened by one session.
+type mapping struct {
+	exp     *export
+	mode    AccessMode
+	be      *backend
+	refs    atomic.Int64 // requests running on be
+	closing atomic.Bool
+}
+
+// NewServer returns an RNBD server.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	if cfg.DevSearchPath == "" {
+		cfg.DevSearchPath = "/"
+	}
+	return &Server{cfg: cfg, exports: make(map[string]*export)}, nil
+}
+
+func (s *Server) logf(format string, args ...any) {
+	if s.cfg.Logf != nil {
+		s.cfg.Logf(format, args...)
+	} else {
+		log.Printf(format, args...)
+	}
+}
+
+// HandleIO implements tcp.ServerHandler: one RNBD message per RTRS request.
+func (s *Server) HandleIO(io *tcp.ServerIO) {
+	t, err := PeekType(io.Usr)
+	if err != nil {
+		io.Complete(-int(syscall.EINVAL))
+		return
+	}
+	switch t {
+	case MsgIO:
+		io.Complete(s.handleIO(io))
+	case MsgSessInfo:
+		io.Complete(s.sessInfo(io))
+	case MsgOpen:
+		io.Complete(s.open(io))
+	case MsgClose:
+		io.Complete(s.close(io))
+	default:
+		io.Complete(-int(syscall.EINVAL))
+	}
+}
+
+// session returns the named session, creating it; s.mu is held.
+func (s *Server) session(name string) *serverSession {
+	if v, ok := s.sessions.Load(name); ok {
+		return v.(*serverSession)
+	}
+	sess := &serverSession{name: name, ver: ProtoVerMajor}
+	s.sessions.Store(name, sess)
+	return sess
+}
+
+func (s *Server) sessInfo(io *tcp.ServerIO) int {
+	var m SessInfo
+	if err := m.Unmarshal(io.Usr); err != nil {
+		return -int(syscall.EINVAL)
+	}
+	s.mu.Lock()
+	sess := s.session(io.Session)
+	sess.ver = min(m.Ver, ProtoVerMajor)
+	rsp := SessInfoRsp{Ver: sess.ver}
+	s.mu.Unlock()
+	if _, err := rsp.MarshalTo(io.Data); err != nil {
+		return -int(syscall.EINVAL)
+	}
+	return 0
+}
+
+func errnoOf(err error) int {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return -int(errno)
+	}
+	return -int(syscall.EIO)
+}
+
+func (s *Server) open(io *tcp.ServerIO) int {
+	var m Open
+	if err := m.Unmarshal(io.Usr); err != nil {
+		return -int(syscall.EINVAL)
+	}
+	name := m.DevNameString()
+	path, err := resolveExport(s.cfg.DevSearchPath, io.Session, name)
+	if err != nil {
+		s.logf("rnbd: session %s: open %q refused: %v", io.Session, name, err)
+		return errnoOf(err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sess := s.session(io.Session)
+	devs := sess.table()
+	id := -1
+	for i, d := range devs {
+		if d != nil && d.exp.path == path {
+			id = i // the kernel answers a repeated open with the same id
+			break
+		}
+	}
+	if id < 0 {
+		exp := s.exports[path]
+		if exp == nil {
+			exp = &export{path: path}
+		}
+		switch m.AccessMode {
+		case AccessRO:
+		case AccessRW:
+			if exp.writers > 0 {
+				return -int(syscall.EPERM)
+			}
+		case AccessMigration:
+			if exp.writers >= 2 {
+				return -int(syscall.EPERM)
+			}
+		default:
+			return -int(syscall.EINVAL)
+		}
+		be, err := openBackend(path, m.AccessMode == AccessRO)
+		if err != nil {
+			s.logf("rnbd: session %s: open %s: %v", io.Session, path, err)
+			return errnoOf(err)
+		}
+		if m.AccessMode != AccessRO {
+			exp.writers++
+		}
+		exp.users++
+		s.exports[path] = exp
+		d := &mapping{exp: exp, mode: m.AccessMode, be: be}
+		devs = append([]*mapping(nil), devs...)
+		for i, old := range devs {
+			if old == nil {
+				id = i
+				devs[i] = d
+				break
+			}
+		}
+		if id < 0 {
+			id = len(devs)
+			devs = append(devs, d)
+		}
+		sess.devs.Store(&devs)
+		s.logf("rnbd: session %s: opened %s as device %d (%s)", io.Session, path, id, m.AccessMode)
+	}
+	var rsp OpenRsp
+	rsp.DeviceID = uint32(id)
+	devs[id].be.geometry(&rsp, s.cfg.MaxIOSize)
+	clear(io.Data)
+	if _, err := rsp.MarshalTo(io.Data); err != nil {
+		return -int(syscall.EINVAL)
+	}
+	return 0
+}
+
+func (s *Server) close(io *tcp.ServerIO) int {
+	var m Close
+	if err := m.Unmarshal(io.Usr); err != nil {
+		return -int(syscall.EINVAL)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.sessions.Load(io.Session)
+	if !ok {
+		return 0 // the kernel answers 0 for unknown ids too
+	}
+	sess := v.(*serverSession)
+	devs := sess.table()
+	if int(m.DeviceID) >= len(devs) || devs[m.DeviceID] == nil {
+		return 0
+	}
+	d := devs[m.DeviceID]
+	devs = append([]*mapping(nil), devs...)
+	devs[m.DeviceID] = nil
+	sess.devs.Store(&devs)
+	// Requests already running on the device finish first.
+	d.closing.Store(true)
+	for d.refs.Load() != 0 {
+		time.Sleep(time.Millisecond)
+	}
+	d.be.f.Close()
+	if d.mode != AccessRO {
+		d.exp.writers--
+	}
+	if d.exp.users--; d.exp.users == 0 {
+		delete(s.exports, d.exp.path)
+	}
+	s.logf("rnbd: session %s: closed device %d (%s)", io.Session, m.DeviceID, d.exp.path)
+	return 0
+}
+
+// handleIO serves a block request. The device table is read under the lock;
+// the I/O itself runs without it.
+func (s *Server) handleIO(io *tcp.ServerIO) int {
+	var m IO
+	if err := m.Unmarshal(io.Usr); err != nil {
+		return -int(syscall.EINVAL)
+	}
+	var d *mapping
+	if v, ok := s.sessions.Load(io.Session); ok {
+		if devs := v.(*serverSession).table(); int(m.DeviceID) < len(devs) {
+			d = devs[m.DeviceID]
+		}
+	}
+	if d == nil {
+		return -int(syscall.ENOTCONN)
+	}
+	d.refs.Add(1)
+	defer d.refs.Add(-1)
+	if d.closing.Load() {
+		return -int(syscall.ENOTCONN)
+	}
+	op := m.RW.Op()
+	if op.HasData() && int(m.BiSize) != len(io.Data) {
+		return -int(syscall.EINVAL)
+	}
+	if io.Write != !op.RTRSRead() {
+		return -int(syscall.EINVAL)
+	}
+	return d.be.serve(op, m.RW.FUA(), int64(m.Sector)<<9, int(m.BiSize), io.Data)
+}
+
+// String describes the server for logs.
+func (s *Server) String() string {
+	return fmt.Sprintf("rnbd server (dev_search_path %s)", s.cfg.DevSearchPath)
+}

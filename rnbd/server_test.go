@@ -1,0 +1,270 @@
+package rnbd
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/urnbd/urnbd/rtrs"
+	"github.com/urnbd/urnbd/rtrs/tcp"
+)
+
+// testServer runs an RNBD server over RTRS/TCP on loopback, exporting dir.
+func testServer(t *testing.T, dir string) string {
+	t.Helper()
+	srv, err := NewServer(ServerConfig{DevSearchPath: dir, MaxIOSize: 126976, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := tcp.NewServer(tcp.ServerConfig{QueueDepth: 64, Handler: srv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go rs.Serve(ln)
+	t.Cleanup(func() { rs.Close() })
+	return ln.Addr().String()
+}
+
+// testClient sends RNBD messages one at a time over an RTRS session.
+type testClient struct {
+	t *testing.T
+	q *tcp.ClientQueue
+}
+
+func dialRNBD(t *testing.T, addr, sess string) *testClient {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := tcp.DialClient(ctx, tcp.ClientConfig{SessName: sess, Queues: 1, Paths: []tcp.PathAddr{{Dst: addr}},
+		Policy: rtrs.MinInflight, MaxReconnectAttempts: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go c.Queue(0).Run(nil)
+	t.Cleanup(func() { c.Close() })
+	return &testClient{t: t, q: c.Queue(0)}
+}
+
+type marshaler interface {
+	Size() int
+	MarshalTo([]byte) (int, error)
+}
+
+// call sends msg as an RTRS write (write) or read with data, returns errno.
+func (tc *testClient) call(msg marshaler, write bool, data []byte) int {
+	tc.t.Helper()
+	usr := make([]byte, msg.Size())
+	if _, err := msg.MarshalTo(usr); err != nil {
+		tc.t.Fatal(err)
+	}
+	return tc.raw(usr, write, data)
+}
+
+func (tc *testClient) raw(usr []byte, write bool, data []byte) int {
+	done := make(chan int, 1)
+	r := &tcp.Request{Write: write, Usr: usr, Data: data, Done: func(_ *tcp.Request, e int) { done <- e }}
+	tc.q.Do(func(q *tcp.ClientQueue) {
+		if err := q.Submit(r); err != nil {
+			done <- -int(syscall.EINVAL)
+		}
+	})
+	select {
+	case e := <-done:
+		return e
+	case <-time.After(10 * time.Second):
+		tc.t.Fatal("request timed out")
+		return 0
+	}
+}
+
+func (tc *testClient) open(dev string, mode AccessMode) (OpenRsp, int) {
+	tc.t.Helper()
+	m := Open{AccessMode: mode}
+	if err := m.SetDevName(dev); err != nil {
+		tc.t.Fatal(err)
+	}
+	buf := make([]byte, 56)
+	var rsp OpenRsp
+	errno := tc.call(&m, false, buf)
+	if errno == 0 {
+		if err := rsp.Unmarshal(buf); err != nil {
+			tc.t.Fatal(err)
+		}
+	}
+	return rsp, errno
+}
+
+func (tc *testClient) io(id uint32, op IOOp, flags uint32, off int64, data []byte, n int) int {
+	m := IO{DeviceID: id, Sector: uint64(off >> 9), RW: MakeRW(op, flags), BiSize: uint32(n)}
+	return tc.call(&m, !op.RTRSRead(), data)
+}
+
+func mkFile(t *testing.T, dir, name string, size int, fill byte) string {
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, bytes.Repeat([]byte{fill}, size), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestServerSessionOpenIO(t *testing.T) {
+	dir := t.TempDir()
+	path := mkFile(t, dir, "disk.img", 8<<20, 0)
+	tc := dialRNBD(t, testServer(t, dir), "sess-a")
+	buf := make([]byte, 36)
+	if e := tc.call(&SessInfo{Ver: 2}, false, buf); e != 0 {
+		t.Fatalf("SESS_INFO: errno %d", e)
+	}
+	var si SessInfoRsp
+	if err := si.Unmarshal(buf); err != nil || si.Ver != 2 {
+		t.Fatalf("SESS_INFO_RSP %+v, %v", si, err)
+	}
+	rsp, e := tc.open("disk.img", AccessRW)
+	if e != 0 {
+		t.Fatalf("OPEN: errno %d", e)
+	}
+	if rsp.NSectors != 8<<20>>9 || rsp.LogicalBlockSize != 512 || rsp.DeviceID != 0 || rsp.CachePolicy != CacheWriteback|CacheFUA {
+		t.Fatalf("OPEN_RSP %+v", rsp)
+	}
+	if again, e := tc.open("/disk.img", AccessRW); e != 0 || again.DeviceID != rsp.DeviceID {
+		t.Errorf("second open of the same device: id %d errno %d, want the same id", again.DeviceID, e)
+	}
+	data := bytes.Repeat([]byte("urnbd!!!"), 512) // 4 KiB
+	if e := tc.io(0, OpWrite, FlagSync|FlagFUA, 8192, data, len(data)); e != 0 {
+		t.Fatalf("WRITE: errno %d", e)
+	}
+	back := make([]byte, len(data))
+	if e := tc.io(0, OpRead, FlagSync, 8192, back, len(back)); e != 0 || !bytes.Equal(back, data) {
+		t.Fatalf("READ: errno %d, data equal %v", e, bytes.Equal(back, data))
+	}
+	onDisk, _ := os.ReadFile(path)
+	if !bytes.Equal(onDisk[8192:8192+4096], data) {
+		t.Fatal("the backing file does not hold what was written")
+	}
+	if e := tc.io(0, OpFlush, FlagSync|FlagFUA, 0, nil, 0); e != 0 {
+		t.Fatalf("FLUSH: errno %d", e)
+	}
+	// Discard and write zeroes read back as zeroes.
+	for _, op := range []IOOp{OpDiscard, OpWriteZeroes} {
+		if e := tc.io(0, OpWrite, 0, 0, data, len(data)); e != 0 {
+			t.Fatal(e)
+		}
+		if e := tc.io(0, op, 0, 0, nil, 4096); e != 0 {
+			t.Fatalf("%v: errno %d", op, e)
+		}
+		if e := tc.io(0, OpRead, 0, 0, back, 4096); e != 0 || !bytes.Equal(back, make([]byte, 4096)) {
+			t.Errorf("%v: errno %d, reads back as zeroes: %v", op, e, bytes.Equal(back, make([]byte, 4096)))
+		}
+	}
+	if e := tc.io(0, OpRead, 0, 8<<20, back, 4096); e != -int(syscall.EIO) {
+		t.Errorf("read past the end: errno %d, want -EIO", e)
+	}
+	if e := tc.io(0, OpRead, 0, 0, back, 2048); e != -int(syscall.EINVAL) {
+		t.Errorf("bi_size ≠ data length: errno %d, want -EINVAL", e)
+	}
+	if e := tc.raw([]byte{9, 0, 0, 0}, true, nil); e != -int(syscall.EINVAL) {
+		t.Errorf("unknown message type: errno %d, want -EINVAL", e)
+	}
+	if e := tc.call(&Close{DeviceID: 0}, true, nil); e != 0 {
+		t.Fatalf("CLOSE: errno %d", e)
+	}
+	if e := tc.io(0, OpRead, 0, 0, back, 4096); e != -int(syscall.ENOTCONN) {
+		t.Errorf("I/O to a closed device: errno %d, want -ENOTCONN", e)
+	}
+}
+
+func TestServerAccessModes(t *testing.T) {
+	dir := t.TempDir()
+	path := mkFile(t, dir, "disk.img", 1<<20, 0xAB)
+	addr := testServer(t, dir)
+	a, b, c := dialRNBD(t, addr, "sess-a"), dialRNBD(t, addr, "sess-b"), dialRNBD(t, addr, "sess-c")
+	if _, e := a.open("disk.img", AccessRW); e != 0 {
+		t.Fatalf("first rw: %d", e)
+	}
+	if _, e := b.open("disk.img", AccessRW); e != -int(syscall.EPERM) {
+		t.Errorf("second rw: errno %d, want -EPERM", e)
+	}
+	if _, e := b.open("disk.img", AccessMigration); e != 0 {
+		t.Errorf("migration next to one rw: errno %d, want 0", e)
+	}
+	if _, e := c.open("disk.img", AccessMigration); e != -int(syscall.EPERM) {
+		t.Errorf("third writer (migration): errno %d, want -EPERM", e)
+	}
+	ro, e := c.open("disk.img", AccessRO)
+	if e != 0 {
+		t.Fatalf("ro: errno %d", e)
+	}
+	data := make([]byte, 4096)
+	if e := c.io(ro.DeviceID, OpWrite, 0, 0, data, len(data)); e != -int(syscall.EROFS) {
+		t.Errorf("write to a read-only mapping: errno %d, want -EROFS", e)
+	}
+	if e := c.io(ro.DeviceID, OpDiscard, 0, 0, nil, 4096); e != -int(syscall.EROFS) {
+		t.Errorf("discard on a read-only mapping: errno %d, want -EROFS", e)
+	}
+	onDisk, _ := os.ReadFile(path)
+	if !bytes.Equal(onDisk[:4096], bytes.Repeat([]byte{0xAB}, 4096)) {
+		t.Error("a refused write changed the data")
+	}
+	// Closing the rw mapping lets another rw in.
+	if e := a.call(&Close{DeviceID: 0}, true, nil); e != 0 {
+		t.Fatal(e)
+	}
+	if e := b.call(&Close{DeviceID: 0}, true, nil); e != 0 {
+		t.Fatal(e)
+	}
+	if _, e := c.open("disk.img", AccessRW); e != 0 {
+		t.Errorf("rw after the writers closed: errno %d", e)
+	}
+}
+
+func TestServerRefusesEscapes(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "exports")
+	os.Mkdir(dir, 0o700)
+	mkFile(t, root, "secret.img", 1<<20, 1)
+	mkFile(t, dir, "ok.img", 1<<20, 2)
+	os.Symlink("../secret.img", filepath.Join(dir, "link-out.img"))
+	os.Symlink("ok.img", filepath.Join(dir, "link-in.img"))
+	tc := dialRNBD(t, testServer(t, dir), "sess-a")
+	for dev, want := range map[string]int{
+		"../secret.img":      -int(syscall.EINVAL),
+		"a/../../secret.img": -int(syscall.EINVAL),
+		"link-out.img":       -int(syscall.EINVAL),
+		"missing.img":        -int(syscall.ENOENT),
+		"link-in.img":        0,
+		"/ok.img":            0,
+	} {
+		if _, e := tc.open(dev, AccessRO); e != want {
+			t.Errorf("open %q: errno %d, want %d", dev, e, want)
+		}
+	}
+}
+
+func TestServerSessNameSearchPath(t *testing.T) {
+	root := t.TempDir()
+	os.MkdirAll(filepath.Join(root, "sess-a"), 0o700)
+	mkFile(t, filepath.Join(root, "sess-a"), "disk.img", 1<<20, 0)
+	srvAddr := func() string {
+		srv, _ := NewServer(ServerConfig{DevSearchPath: root + "/%SESSNAME%", MaxIOSize: 126976, Logf: t.Logf})
+		rs, _ := tcp.NewServer(tcp.ServerConfig{QueueDepth: 64, Handler: srv})
+		ln, _ := net.Listen("tcp", "127.0.0.1:0")
+		go rs.Serve(ln)
+		t.Cleanup(func() { rs.Close() })
+		return ln.Addr().String()
+	}()
+	if _, e := dialRNBD(t, srvAddr, "sess-a").open("disk.img", AccessRO); e != 0 {
+		t.Errorf("session sess-a opening its own disk: errno %d", e)
+	}
+	if _, e := dialRNBD(t, srvAddr, "sess-b").open("disk.img", AccessRO); e != -int(syscall.ENOENT) {
+		t.Errorf("session sess-b opening sess-a's disk: errno %d, want -ENOENT", e)
+	}
+}
