@@ -107,7 +107,7 @@ func (b *backend) geometry(rsp *OpenRsp, maxIO int) {
 
 // serve performs one request on the backend and returns 0 or -errno.
 func (b *backend) serve(op IOOp, fua bool, off int64, n int, data []byte) int {
-	if off < 0 || uint64(off)+uint64(n) > b.size {
+	if op != OpFlush && (off < 0 || uint64(off)+uint64(n) > b.size) {
 		return -int(syscall.EIO)
 	}
 	if b.readOnly && op != OpRead && op != OpFlush {

@@ -54,11 +54,6 @@ func dialRNBD(t *testing.T, addr, sess string) *testClient {
 	return &testClient{t: t, q: c.Queue(0)}
 }
 
-type marshaler interface {
-	Size() int
-	MarshalTo([]byte) (int, error)
-}
-
 // call sends msg as an RTRS write (write) or read with data, returns errno.
 func (tc *testClient) call(msg marshaler, write bool, data []byte) int {
 	tc.t.Helper()
@@ -152,6 +147,10 @@ func TestServerSessionOpenIO(t *testing.T) {
 	}
 	if e := tc.io(0, OpFlush, FlagSync|FlagFUA, 0, nil, 0); e != 0 {
 		t.Fatalf("FLUSH: errno %d", e)
+	}
+	// The kernel's block layer leaves a flush's sector at -1.
+	if e := tc.io(0, OpFlush, FlagSync|FlagFUA, -512, nil, 0); e != 0 {
+		t.Fatalf("FLUSH without a range: errno %d", e)
 	}
 	// Discard and write zeroes read back as zeroes.
 	for _, op := range []IOOp{OpDiscard, OpWriteZeroes} {

@@ -27,6 +27,10 @@ type ClientConfig struct {
 	// path (cid 1..Queues; cid 0 is the service connection); default the
 	// number of CPUs.
 	Queues int
+	// AdminQueue adds one more queue (and connection per path) after the
+	// per-CPU ones, for control messages such as RNBD's session info, open
+	// and close: its owner runs it on a thread of its own (Client.Admin).
+	AdminQueue bool
 	// Policy picks the path of each request.
 	Policy rtrs.MPPolicy
 	// MaxReconnectAttempts bounds the reconnects of a path after it failed:
@@ -148,6 +152,14 @@ func newUUID() rtrs.UUID {
 	return u
 }
 
+// nqueues returns the number of queues, the admin queue included.
+func (cfg *ClientConfig) nqueues() int {
+	if cfg.AdminQueue {
+		return cfg.Queues + 1
+	}
+	return cfg.Queues
+}
+
 func (cfg *ClientConfig) setDefaults() error {
 	if err := rtrs.CheckSessName(cfg.SessName); err != nil {
 		return fmt.Errorf("rtrs/tcp client: %w", err)
@@ -158,7 +170,7 @@ func (cfg *ClientConfig) setDefaults() error {
 	if cfg.Queues == 0 {
 		cfg.Queues = runtime.NumCPU()
 	}
-	if cfg.Queues < 1 || cfg.Queues+1 > rtrs.MaxConnsPerPath {
+	if cfg.Queues < 1 || cfg.nqueues()+1 > rtrs.MaxConnsPerPath {
 		return fmt.Errorf("rtrs/tcp client: %d queues: %w", cfg.Queues, syscall.EINVAL)
 	}
 	if cfg.MaxReconnectAttempts < -1 || cfg.MaxReconnectAttempts > 9999 {
@@ -212,7 +224,7 @@ func DialClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if c.permits == nil {
 		return nil, c.abort(fmt.Errorf("rtrs/tcp client: no path connected: %w", first))
 	}
-	for i := 0; i < cfg.Queues; i++ {
+	for i := 0; i < cfg.nqueues(); i++ {
 		q, err := newClientQueue(c, i)
 		if err != nil {
 			return nil, c.abort(err)
@@ -247,8 +259,16 @@ func (c *Client) Params() Params { return c.params }
 // Queue returns queue i (0..Queues-1).
 func (c *Client) Queue(i int) *ClientQueue { return c.queues[i] }
 
-// Queues returns the number of queues.
-func (c *Client) Queues() int { return len(c.queues) }
+// Queues returns the number of per-CPU queues (the admin queue excluded).
+func (c *Client) Queues() int { return c.cfg.Queues }
+
+// Admin returns the admin queue, or nil without ClientConfig.AdminQueue.
+func (c *Client) Admin() *ClientQueue {
+	if !c.cfg.AdminQueue {
+		return nil
+	}
+	return c.queues[c.cfg.Queues]
+}
 
 // Permits returns the session's permit pool (its in-use count is the
 // session's requests in flight).
@@ -381,7 +401,7 @@ func (c *Client) anyHope() bool {
 func (p *clientPath) dial(ctx context.Context, firstConn bool) (*ClientPath, error) {
 	cfg := PathConfig{
 		Addr: p.addr.Dst, SessName: p.c.cfg.SessName, PathsUUID: p.c.pathsUUID, SessUUID: p.sessUUID,
-		CIDNum: p.c.cfg.Queues + 1, FirstConn: firstConn || p.everUp, ReconCnt: p.reconCnt, Timeout: p.c.cfg.Timeout,
+		CIDNum: p.c.cfg.nqueues() + 1, FirstConn: firstConn || p.everUp, ReconCnt: p.reconCnt, Timeout: p.c.cfg.Timeout,
 	}
 	if p.addr.Src != "" {
 		ip := net.ParseIP(p.addr.Src)

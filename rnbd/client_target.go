@@ -1,0 +1,100 @@
+package rnbd
+
+import (
+	"syscall"
+
+	"github.com/urnbd/urnbd/rtrs/tcp"
+	"github.com/urnbd/urnbd/ublk"
+	"github.com/urnbd/urnbd/uring"
+)
+
+// target is the ublk target of a mapped device: ublk queue i hands its
+// requests to RTRS queue i on the same thread and io_uring, with the tag's
+// buffer as the request's data (no copy in userspace).
+type target struct{ d *Device }
+
+// queue is one ublk queue's half of the target.
+type queue struct {
+	d    *Device
+	uq   *ublk.Queue
+	rq   *tcp.ClientQueue
+	reqs []tcp.Request
+	usr  [][IOSize]byte
+	cqe  uring.CQE
+}
+
+func (t *target) NewQueue(uq *ublk.Queue) (ublk.QueueHandler, error) {
+	q := &queue{d: t.d, uq: uq, rq: t.d.c.rc.Queue(int(uq.ID())),
+		reqs: make([]tcp.Request, uq.Depth()), usr: make([][IOSize]byte, uq.Depth())}
+	for i := range q.reqs {
+		q.reqs[i].Tag = uint64(i)
+		q.reqs[i].Done = q.done
+	}
+	q.rq.Attach(uq.Ring(), ublk.TargetUserData(0))
+	return q, nil
+}
+
+// rnbdOp maps a ublk operation to RNBD's.
+func rnbdOp(op uint8) (IOOp, bool) {
+	switch op {
+	case ublk.OpRead:
+		return OpRead, true
+	case ublk.OpWrite:
+		return OpWrite, true
+	case ublk.OpFlush:
+		return OpFlush, true
+	case ublk.OpDiscard:
+		return OpDiscard, true
+	case ublk.OpWriteZeroes:
+		return OpWriteZeroes, true
+	}
+	return 0, false
+}
+
+func (q *queue) Handle(tag uint16, req *ublk.Request) {
+	op, ok := rnbdOp(req.Op)
+	if !ok {
+		q.uq.Complete(tag, -int32(syscall.EOPNOTSUPP))
+		return
+	}
+	var flags uint32
+	switch {
+	case op == OpFlush:
+		flags = FlagSync | FlagFUA // a block-layer flush is FLUSH+PREFLUSH
+	case req.Flags&ublk.IOFlagFUA != 0:
+		flags = FlagSync | FlagFUA
+	case op == OpRead:
+		flags = FlagSync
+	}
+	m := IO{DeviceID: q.d.id, Sector: req.StartSector, RW: MakeRW(op, flags), BiSize: uint32(req.Len())}
+	if op == OpFlush {
+		// A flush has no range (the block layer leaves its sector at -1).
+		m.Sector, m.BiSize = 0, 0
+	}
+	usr := q.usr[tag][:]
+	if _, err := m.MarshalTo(usr); err != nil {
+		q.uq.Complete(tag, -int32(syscall.EINVAL))
+		return
+	}
+	r := &q.reqs[tag]
+	r.Write, r.Usr, r.Data = !op.RTRSRead(), usr, req.Buf
+	if err := q.rq.Submit(r); err != nil {
+		q.uq.Complete(tag, -int32(syscall.EINVAL))
+	}
+}
+
+func (q *queue) done(r *tcp.Request, errno int) {
+	res := int32(errno)
+	if errno == 0 {
+		res = int32(len(r.Data))
+	}
+	q.uq.Complete(uint16(r.Tag), res)
+}
+
+func (q *queue) OnCompletion(ud uint64, res int32, flags uint32) {
+	q.cqe = uring.CQE{UserData: ud, Res: res, Flags: flags}
+	q.rq.HandleCQE(&q.cqe)
+}
+
+func (q *queue) Flush()       { q.rq.Flush() }
+func (q *queue) Close() error { return nil }
