@@ -18,6 +18,11 @@ func main() {
 		Description: "urnbd exports block devices and files from a server and maps them on clients\n" +
 			"as /dev/ublkbN, over RTRS on RDMA (wire-compatible with the kernel's rnbd/rtrs) or TCP.",
 		Commands: []*cli.Command{
+			serverCommand(),
+			mapCommand(),
+			unmapCommand(),
+			listCommand(),
+			clientCommand(),
 			ublkCommand(),
 		},
 		HideHelpCommand: true,

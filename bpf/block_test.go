@@ -1,0 +1,245 @@
+//go:build linux
+
+package bpf
+
+import (
+	"bufio"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// needBPF skips t unless the host can load tracing programs: root and
+// kernel BTF.
+func needBPF(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("loading BPF programs needs root")
+	}
+	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
+		t.Skip("the kernel has no BTF (/sys/kernel/btf/vmlinux), which tp_btf and CO-RE need")
+	}
+}
+
+// loadBlock loads the block latency programs or skips t if this kernel
+// cannot run them.
+func loadBlock(t *testing.T, opts BlockLatencyOptions) *BlockLatency {
+	t.Helper()
+	b, err := LoadBlockLatency(opts)
+	if errors.Is(err, ebpf.ErrNotSupported) {
+		t.Skipf("kernel lacks a BPF feature: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// testDisk returns a directory on a disk and that disk: the test's temp
+// directory if it is on one, else a directory on the disk mounted on /.
+func testDisk(t *testing.T) (string, uint64) {
+	t.Helper()
+	dir := t.TempDir()
+	if dev, err := DiskOf(dir); err == nil {
+		return dir, dev
+	}
+	root, err := rootDisk()
+	if err != nil {
+		t.Skipf("no disk for the test I/O: %v", err)
+	}
+	dir, err = os.MkdirTemp("/var/tmp", "urnbd-bpf-test-")
+	if err != nil {
+		t.Skipf("no disk for the test I/O: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if dev, err := DiskOf(dir); err != nil || dev != root {
+		t.Skipf("no directory on the root disk %s for the test I/O", DevName(root))
+	}
+	return dir, root
+}
+
+// rootDisk returns the disk mounted on / (from /proc/self/mountinfo).
+func rootDisk() (uint64, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 && fields[4] == "/" {
+			dev, err := parseDev(fields[2])
+			if err != nil {
+				return 0, err
+			}
+			return WholeDisk(dev)
+		}
+	}
+	return 0, errors.New("/ not in /proc/self/mountinfo")
+}
+
+// directIO writes n blocks of 4 KiB with O_DIRECT to path (a file, created
+// if missing, or a block device), fsyncs it, and reads them back with
+// O_DIRECT.
+func directIO(t *testing.T, path string, n int) {
+	t.Helper()
+	const bs = 4096
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_DIRECT, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := alignedBuf(bs)
+	for i := range n {
+		for j := range buf {
+			buf[j] = byte(i + j)
+		}
+		if _, err := f.WriteAt(buf, int64(i)*bs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if _, err := f.ReadAt(buf, int64(i)*bs); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func alignedBuf(n int) []byte {
+	b := make([]byte, n+4096)
+	off := int(-uintptr(unsafe.Pointer(&b[0])) & 4095)
+	return b[off : off+n]
+}
+
+func TestBlockLatencyCounts(t *testing.T) {
+	needBPF(t)
+	dir, dev := testDisk(t)
+	pinDir := filepath.Join(bpfFSRoot, "urnbd-test-"+filepath.Base(dir))
+	b := loadBlock(t, BlockLatencyOptions{Options: Options{PinDir: pinDir}, Devices: []uint64{dev}})
+	defer b.Close()
+
+	h0, err := b.Histogram(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 64
+	directIO(t, filepath.Join(dir, "direct.img"), n)
+	h1, err := b.Histogram(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("device %s: reads %d, writes %d, other %d", DevName(dev),
+		h1.Count[Read]-h0.Count[Read], h1.Count[Write]-h0.Count[Write], h1.Count[Other]-h0.Count[Other])
+	// The device may merge adjacent requests, and other processes may do
+	// I/O on it too: at least one request per direction, and the reads,
+	// not merged by O_DIRECT's synchronous one-at-a-time submission, all.
+	if got := h1.Count[Read] - h0.Count[Read]; got < n {
+		t.Errorf("reads counted: %d, want >= %d", got, n)
+	}
+	if got := h1.Count[Write] - h0.Count[Write]; got < 1 {
+		t.Errorf("writes counted: %d, want >= 1", got)
+	}
+	for d := range Dir(NumDirs) {
+		if us, ms := h1.Total(d), sum(h1.Ms[d][:]); us != h1.Count[d] || ms != h1.Count[d] {
+			t.Errorf("dir %d: µs buckets hold %d, ms buckets %d, count %d", d, us, ms, h1.Count[d])
+		}
+		if h1.Count[d] > 0 && (h1.MaxNs[d] == 0 || h1.MaxNs[d] > 60e9 || h1.SumNs[d] < h1.MaxNs[d]) {
+			t.Errorf("dir %d: implausible max %d ns, sum %d ns", d, h1.MaxNs[d], h1.SumNs[d])
+		}
+	}
+	devs, err := b.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(devs) != 1 || devs[0] != dev {
+		t.Errorf("devices in the histograms: %v, want only %s", devNames(devs), DevName(dev))
+	}
+	var sb strings.Builder
+	if err := h1.FormatRdmaLat(&sb); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("rdma_lat of %s:\n%s", DevName(dev), sb.String())
+	sb.Reset()
+	h1.FormatLatUs(&sb)
+	t.Logf("µs:\n%s", sb.String())
+
+	for _, name := range []string{"urnbd_blk_us", "urnbd_blk_ms", "urnbd_blk_sum", "urnbd_blk_infl", "urnbd_blk_devs", "urnbd_blk_cfg"} {
+		if _, err := os.Stat(filepath.Join(pinDir, name)); err != nil {
+			t.Errorf("pin: %v", err)
+		}
+	}
+	if bpftool, err := exec.LookPath("bpftool"); err == nil {
+		out, err := exec.Command(bpftool, "map", "dump", "pinned", filepath.Join(pinDir, "urnbd_blk_sum")).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "max_ns") {
+			t.Errorf("bpftool map dump: %v\n%s", err, out)
+		}
+		out, err = exec.Command(bpftool, "prog", "show").CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "urnbd_rq_issue") {
+			t.Errorf("bpftool prog show lacks urnbd_rq_issue: %v\n%s", err, out)
+		}
+	}
+
+	if err := b.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	if devs, _ := b.Devices(); len(devs) != 0 {
+		t.Errorf("after Reset, devices %v", devNames(devs))
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(pinDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("pin directory left after Close: %v", err)
+	}
+}
+
+// TestBlockLatencyFilter traces only a device that has no I/O and checks
+// that I/O on another disk does not show up.
+func TestBlockLatencyFilter(t *testing.T) {
+	needBPF(t)
+	dir, dev := testDisk(t)
+	idle := unix.Mkdev(unix.Major(dev), unix.Minor(dev)+1000) // no such disk: never has I/O
+	b := loadBlock(t, BlockLatencyOptions{Devices: []uint64{idle}})
+	defer b.Close()
+
+	directIO(t, filepath.Join(dir, "direct.img"), 16)
+	devs, err := b.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(devs) != 0 {
+		t.Errorf("traced only %s, but the histograms have %v", DevName(idle), devNames(devs))
+	}
+
+	// Now add the disk: its I/O appears.
+	if err := b.AddDevice(dev); err != nil {
+		t.Fatal(err)
+	}
+	directIO(t, filepath.Join(dir, "direct.img"), 16)
+	h, err := b.Histogram(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Count[Read] < 16 || h.Count[Write] < 1 {
+		t.Errorf("after AddDevice(%s): reads %d, writes %d", DevName(dev), h.Count[Read], h.Count[Write])
+	}
+}
+
+func devNames(devs []uint64) []string {
+	var s []string
+	for _, d := range devs {
+		s = append(s, DevName(d))
+	}
+	return s
+}

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/urnbd/urnbd/rnbd"
+)
+
+// mapSpec is what a map request names: the kernel's map_device string or
+// the flag form say the same things.
+type mapSpec struct {
+	SessName   string    `json:"sessname"`
+	Paths      []mapPath `json:"paths"`
+	DevicePath string    `json:"device_path"`
+	AccessMode string    `json:"access_mode"`
+	Transport  string    `json:"transport"`
+	mode       rnbd.AccessMode
+}
+
+// mapPath is one path=[src@]dst with its port.
+type mapPath struct {
+	Src  string `json:"src,omitempty"`
+	Dst  string `json:"dst"`
+	Port int    `json:"port"`
+}
+
+func (p mapPath) String() string {
+	s := "ip:" + p.Dst
+	if p.Src != "" {
+		s = "ip:" + p.Src + "@" + s
+	}
+	return s
+}
+
+// parseMapString parses the kernel's map_device syntax (RNBD sysfs ABI):
+// space-separated key=value tokens: sessname, path=[src@|,]dst (addresses
+// as ip:ADDR), device_path, access_mode, dest_port (applies to the paths
+// after it). Errors wrap EINVAL, as the kernel's.
+func parseMapString(tokens []string) (*mapSpec, error) {
+	s := &mapSpec{AccessMode: "rw"}
+	port := 1234
+	bad := func(format string, args ...any) (*mapSpec, error) {
+		return nil, fmt.Errorf(format+": %w", append(args, unix.EINVAL)...)
+	}
+	for _, tok := range tokens {
+		for _, t := range strings.Fields(tok) {
+			k, v, ok := strings.Cut(t, "=")
+			if !ok || v == "" {
+				return bad("map: %q is not key=value", t)
+			}
+			switch k {
+			case "sessname":
+				if len(v) > 255 || strings.ContainsAny(v, "/.") {
+					return bad("map: sessname %q: at most 255 characters, no '/' or '.'", v)
+				}
+				s.SessName = v
+			case "device_path":
+				if len(v) >= rnbd.DevNameLen {
+					return bad("map: device_path of %d characters, at most %d", len(v), rnbd.DevNameLen-1)
+				}
+				s.DevicePath = v
+			case "access_mode":
+				if _, err := rnbd.ParseAccessMode(v); err != nil {
+					return bad("map: access_mode %q: want ro, rw or migration", v)
+				}
+				s.AccessMode = v
+			case "dest_port":
+				p, err := strconv.Atoi(v)
+				if err != nil || p < 0 || p > 65535 {
+					return bad("map: dest_port %q: want 0..65535", v)
+				}
+				port = p
+			case "path":
+				mp, err := parsePathArg(v, port)
+				if err != nil {
+					return nil, err
+				}
+				if len(s.Paths) == 6 {
+					return nil, fmt.Errorf("map: more than 6 paths: %w", unix.ENOMEM)
+				}
+				s.Paths = append(s.Paths, mp)
+			case "transport":
+				if v != "tcp" && v != "rdma" {
+					return bad("map: transport %q: want tcp or rdma", v)
+				}
+				s.Transport = v
+			case "nr_poll_queues":
+				return bad("map: nr_poll_queues: urnbd has no poll queues")
+			default:
+				return bad("map: unknown key %q (want sessname, path, device_path, access_mode, dest_port)", k)
+			}
+		}
+	}
+	switch {
+	case s.SessName == "":
+		return bad("map: sessname= is missing")
+	case s.DevicePath == "":
+		return bad("map: device_path= is missing")
+	case len(s.Paths) == 0:
+		return nil, fmt.Errorf("map: no path= given for a new session: %w", unix.ENXIO)
+	}
+	s.mode, _ = rnbd.ParseAccessMode(s.AccessMode)
+	return s, nil
+}
+
+// parsePathArg parses [src{@|,}]dst with addresses ip:ADDR (or plain).
+func parsePathArg(v string, port int) (mapPath, error) {
+	var src, dst string
+	if i := strings.IndexAny(v, "@,"); i >= 0 {
+		src, dst = v[:i], v[i+1:]
+	} else {
+		dst = v
+	}
+	p := mapPath{Port: port}
+	for _, a := range []struct {
+		in  string
+		out *string
+	}{{src, &p.Src}, {dst, &p.Dst}} {
+		if a.in == "" {
+			continue
+		}
+		addr := strings.TrimPrefix(a.in, "ip:")
+		if strings.HasPrefix(a.in, "gid:") {
+			return p, fmt.Errorf("map: path %q: GID addresses need RDMA: %w", v, unix.EINVAL)
+		}
+		if i := strings.IndexByte(addr, '%'); i >= 0 {
+			addr = addr[:i]
+		}
+		if net.ParseIP(addr) == nil {
+			return p, fmt.Errorf("map: path %q: %q is not an IP address: %w", v, a.in, unix.EINVAL)
+		}
+		*a.out = addr
+	}
+	if p.Dst == "" {
+		return p, fmt.Errorf("map: path %q has no destination: %w", v, unix.EINVAL)
+	}
+	return p, nil
+}
