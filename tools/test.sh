@@ -36,6 +36,7 @@ lint() {
     GOBIN="$root/.cache/bin" go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
   fi
   .cache/bin/staticcheck ./...
+  tools/bpf-generate.sh # the committed eBPF objects match their sources
 }
 
 fuzz_short() { # every Fuzz target, a few seconds each

@@ -1,0 +1,373 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
+
+	"github.com/urnbd/urnbd/rnbd"
+	"github.com/urnbd/urnbd/rtrs"
+	"github.com/urnbd/urnbd/rtrs/tcp"
+	"github.com/urnbd/urnbd/ublk"
+)
+
+// The client daemon keeps the RNBD sessions and the devices mapped through
+// them; the CLI sends it one JSON request per connection on a root-only unix
+// socket and starts it when it is not running. It exits when its last
+// device is unmapped.
+
+func clientSocket() string { return filepath.Join(runDir(), "client.sock") }
+
+type clientRequest struct {
+	Op     string   `json:"op"` // map, unmap, list
+	Spec   *mapSpec `json:"spec,omitempty"`
+	Queues int      `json:"queues,omitempty"`
+	Depth  int      `json:"depth,omitempty"`
+	Device uint32   `json:"device,omitempty"`
+	Force  bool     `json:"force,omitempty"`
+}
+
+type clientReply struct {
+	Error   string      `json:"error,omitempty"`
+	Errno   int         `json:"errno,omitempty"`
+	Device  string      `json:"device,omitempty"`
+	Devices []listEntry `json:"devices,omitempty"`
+}
+
+type listEntry struct {
+	Device     string   `json:"devname"`
+	SessName   string   `json:"sessname"`
+	MapPath    string   `json:"mapping_path"`
+	AccessMode string   `json:"access_mode"`
+	State      string   `json:"state"`
+	Paths      []string `json:"paths"`
+	Transport  string   `json:"transport"`
+}
+
+// ask sends req to the daemon, starting it if needed.
+func ask(req *clientRequest, start bool) (*clientReply, error) {
+	conn, err := net.Dial("unix", clientSocket())
+	if err != nil && start {
+		if err := startClientDaemon(); err != nil {
+			return nil, err
+		}
+		conn, err = net.Dial("unix", clientSocket())
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	if err := json.NewEncoder(conn).Encode(req); err != nil {
+		return nil, err
+	}
+	var rep clientReply
+	if err := json.NewDecoder(conn).Decode(&rep); err != nil {
+		return nil, fmt.Errorf("client daemon: %w (see %s)", err, daemonLog())
+	}
+	if rep.Error != "" {
+		return nil, &reportedError{msg: rep.Error, errno: unix.Errno(rep.Errno)}
+	}
+	return &rep, nil
+}
+
+func startClientDaemon() error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(runDir(), 0o700); err != nil {
+		return err
+	}
+	logf, err := os.OpenFile(daemonLog(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := exec.Command(exe, "client", "daemon")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start client daemon: %w", err)
+	}
+	go cmd.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if c, err := net.Dial("unix", clientSocket()); err == nil {
+			c.Close()
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("client daemon did not start; see %s", daemonLog())
+}
+
+func mapDevice(c *cli.Context, spec *mapSpec) error {
+	if spec.Transport == "" {
+		spec.Transport = c.String("transport")
+	}
+	if spec.Transport != "tcp" {
+		return fmt.Errorf("map: transport %s is not available in this version (use transport=tcp): %w", spec.Transport, unix.EPROTONOSUPPORT)
+	}
+	rep, err := ask(&clientRequest{Op: "map", Spec: spec, Queues: c.Int("queues"), Depth: c.Int("depth")}, true)
+	if err != nil {
+		return err
+	}
+	fmt.Println(rep.Device)
+	return nil
+}
+
+func unmapCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "unmap",
+		Usage:     "unmap a mapped device (fails with EBUSY while it is open or mounted)",
+		ArgsUsage: "/dev/ublkbN | N",
+		Flags:     []cli.Flag{&cli.BoolFlag{Name: "force", Usage: "unmap even while the device is in use; its I/O fails"}},
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return fmt.Errorf("unmap: name one device: %w", unix.EINVAL)
+			}
+			id, err := parseID(c.Args().First())
+			if err != nil {
+				return err
+			}
+			if _, err := ask(&clientRequest{Op: "unmap", Device: id, Force: c.Bool("force")}, false); err != nil {
+				var re *reportedError
+				if !errors.As(err, &re) {
+					return fmt.Errorf("unmap: %s is not mapped (no client daemon: %v): %w", ublk.BlockPath(id), err, unix.ENOENT)
+				}
+				return err
+			}
+			fmt.Printf("unmapped %s\n", ublk.BlockPath(id))
+			return nil
+		},
+	}
+}
+
+func listCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "list",
+		Usage: "show the mapped RNBD devices",
+		Flags: []cli.Flag{&cli.StringFlag{Name: "format", Value: "table", Usage: "table or json"}},
+		Action: func(c *cli.Context) error {
+			entries := []listEntry{}
+			if rep, err := ask(&clientRequest{Op: "list"}, false); err == nil {
+				entries = append(entries, rep.Devices...)
+			}
+			switch c.String("format") {
+			case "json":
+				enc := json.NewEncoder(os.Stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(entries)
+			case "table":
+				w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+				fmt.Fprintln(w, "DEVNAME\tSESSNAME\tMAPPING_PATH\tACCESS_MODE\tSTATE\tPATHS")
+				for _, e := range entries {
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Device, e.SessName, e.MapPath, e.AccessMode, e.State, strings.Join(e.Paths, ","))
+				}
+				return w.Flush()
+			}
+			return fmt.Errorf("format %q: want table or json: %w", c.String("format"), unix.EINVAL)
+		},
+	}
+}
+
+// clientDaemon is the state of the running client daemon.
+type clientDaemon struct {
+	mu       sync.Mutex
+	ctrl     *ublk.Control
+	sessions map[string]*daemonSession
+	devices  map[uint32]*daemonDevice
+	ln       net.Listener
+}
+
+type daemonSession struct {
+	spec   mapSpec // the map request that opened it
+	client *rnbd.Client
+	devs   int
+}
+
+type daemonDevice struct {
+	spec mapSpec
+	sess *daemonSession
+	dev  *rnbd.Device
+}
+
+func clientDaemonCommand() *cli.Command {
+	return &cli.Command{
+		Name:   "daemon",
+		Usage:  "run the client daemon (started by map when needed)",
+		Hidden: true,
+		Action: func(c *cli.Context) error {
+			ctrl, err := ublk.OpenControl()
+			if err != nil {
+				return err
+			}
+			defer ctrl.Close()
+			os.MkdirAll(runDir(), 0o700)
+			os.Remove(clientSocket())
+			unix.Umask(0o077)
+			ln, err := net.Listen("unix", clientSocket())
+			if err != nil {
+				return err
+			}
+			d := &clientDaemon{ctrl: ctrl, sessions: map[string]*daemonSession{}, devices: map[uint32]*daemonDevice{}, ln: ln}
+			sigs := make(chan os.Signal, 1)
+			signal.Notify(sigs, unix.SIGINT, unix.SIGTERM)
+			go func() { <-sigs; d.shutdown(); ln.Close() }()
+			log.Printf("urnbd client daemon: listening on %s", clientSocket())
+			for {
+				conn, err := ln.Accept()
+				if err != nil {
+					os.Remove(clientSocket())
+					return nil
+				}
+				go d.serve(conn)
+			}
+		},
+	}
+}
+
+func (d *clientDaemon) serve(conn net.Conn) {
+	defer conn.Close()
+	var req clientRequest
+	if err := json.NewDecoder(conn).Decode(&req); err != nil {
+		return
+	}
+	var rep clientReply
+	var err error
+	switch req.Op {
+	case "map":
+		rep.Device, err = d.mapDev(&req)
+	case "unmap":
+		err = d.unmapDev(req.Device, req.Force)
+	case "list":
+		rep.Devices = d.list()
+	default:
+		err = fmt.Errorf("unknown request %q: %w", req.Op, unix.EINVAL)
+	}
+	if err != nil {
+		rep.Error = err.Error()
+		var errno unix.Errno
+		if errors.As(err, &errno) {
+			rep.Errno = int(errno)
+		}
+	}
+	json.NewEncoder(conn).Encode(&rep)
+}
+
+func (d *clientDaemon) mapDev(req *clientRequest) (string, error) {
+	spec := req.Spec
+	if spec == nil {
+		return "", fmt.Errorf("map: no spec: %w", unix.EINVAL)
+	}
+	var err error
+	if spec.mode, err = rnbd.ParseAccessMode(spec.AccessMode); err != nil {
+		return "", fmt.Errorf("map: access_mode %q: %w", spec.AccessMode, unix.EINVAL)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, dd := range d.devices {
+		if dd.spec.SessName == spec.SessName && dd.spec.DevicePath == spec.DevicePath {
+			return "", fmt.Errorf("map: %s of session %s is already mapped as %s: %w", spec.DevicePath, spec.SessName, ublk.BlockPath(dd.dev.UblkDevice().ID()), unix.EEXIST)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sess := d.sessions[spec.SessName]
+	if sess == nil {
+		cfg := tcp.ClientConfig{SessName: spec.SessName, Queues: req.Queues, Policy: rtrs.MinInflight, MaxReconnectAttempts: -1}
+		for _, p := range spec.Paths {
+			cfg.Paths = append(cfg.Paths, tcp.PathAddr{Src: p.Src, Dst: net.JoinHostPort(p.Dst, strconv.Itoa(p.Port))})
+		}
+		client, err := rnbd.Dial(ctx, cfg)
+		if err != nil {
+			return "", fmt.Errorf("map: session %s to %v: %w", spec.SessName, spec.Paths, err)
+		}
+		sess = &daemonSession{spec: *spec, client: client}
+		d.sessions[spec.SessName] = sess
+	}
+	dev, err := sess.client.Map(ctx, d.ctrl, spec.DevicePath, spec.mode, rnbd.MapOptions{ID: -1, Depth: req.Depth})
+	if err != nil {
+		if sess.devs == 0 {
+			sess.client.Close()
+			delete(d.sessions, spec.SessName)
+		}
+		return "", fmt.Errorf("map %s: %w", spec.DevicePath, err)
+	}
+	sess.devs++
+	id := dev.UblkDevice().ID()
+	d.devices[id] = &daemonDevice{spec: *spec, sess: sess, dev: dev}
+	log.Printf("urnbd client daemon: mapped %s of session %s as %s", spec.DevicePath, spec.SessName, ublk.BlockPath(id))
+	return ublk.BlockPath(id), nil
+}
+
+func (d *clientDaemon) unmapDev(id uint32, force bool) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	dd := d.devices[id]
+	if dd == nil {
+		return fmt.Errorf("unmap: %s is not a mapped RNBD device: %w", ublk.BlockPath(id), unix.ENOENT)
+	}
+	if !force {
+		if who := deviceUsers(id); who != "" {
+			return fmt.Errorf("unmap: %s is in use (%s); close it, or unmap --force: %w", ublk.BlockPath(id), who, unix.EBUSY)
+		}
+	}
+	err := dd.dev.Unmap(context.Background())
+	delete(d.devices, id)
+	if dd.sess.devs--; dd.sess.devs == 0 {
+		dd.sess.client.Close()
+		delete(d.sessions, dd.spec.SessName)
+	}
+	log.Printf("urnbd client daemon: unmapped %s", ublk.BlockPath(id))
+	if len(d.devices) == 0 {
+		go func() { time.Sleep(100 * time.Millisecond); d.ln.Close() }()
+	}
+	return err
+}
+
+func (d *clientDaemon) list() []listEntry {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []listEntry
+	for id, dd := range d.devices {
+		e := listEntry{Device: ublk.BlockPath(id), SessName: dd.spec.SessName, MapPath: dd.spec.DevicePath,
+			AccessMode: dd.spec.AccessMode, State: "open", Transport: dd.spec.Transport}
+		if info, err := d.ctrl.DevInfo(id); err == nil && info.State != ublk.StateLive {
+			e.State = "closed"
+		}
+		for _, p := range dd.sess.client.RTRS().Paths() {
+			e.Paths = append(e.Paths, p.Addr.String()+" ("+p.State+")")
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+func (d *clientDaemon) shutdown() {
+	d.mu.Lock()
+	ids := make([]uint32, 0, len(d.devices))
+	for id := range d.devices {
+		ids = append(ids, id)
+	}
+	d.mu.Unlock()
+	for _, id := range ids {
+		d.unmapDev(id, true)
+	}
+}

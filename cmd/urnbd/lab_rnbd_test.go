@@ -1,0 +1,135 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/urnbd/urnbd/internal/labtest"
+)
+
+// startServerCLI runs `urnbd server` exporting dir on a free loopback port.
+func startServerCLI(t *testing.T, c *labCLI, dir string) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	cmd := c.cmd("server", "--listen", "tcp://127.0.0.1:"+strconv.Itoa(port), "--dev-search-path", dir)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() })
+	if !labtest.WaitFor(10*time.Second, func() bool {
+		conn, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err == nil {
+			conn.Close()
+		}
+		return err == nil
+	}) {
+		t.Fatal("urnbd server did not start listening")
+	}
+	return port
+}
+
+func exitCodeOf(err error) int {
+	var e *exec.ExitError
+	if errors.As(err, &e) {
+		return e.ExitCode()
+	}
+	return -1
+}
+
+// The user's path: urnbd server, urnbd map (kernel syntax and rnbd-tool
+// syntax), list, fio verify, the errors of the kernel's map_device, unmap
+// refusing a busy device, unmap --force.
+func TestLabCLIMapOverTCP(t *testing.T) {
+	c := newLabCLI(t)
+	dir := t.TempDir()
+	for _, n := range []string{"a.img", "b.img"} {
+		f, _ := os.Create(filepath.Join(dir, n))
+		f.Truncate(256 << 20)
+		f.Close()
+	}
+	port := strconv.Itoa(startServerCLI(t, c, dir))
+	dev := c.must("map", "sessname=lab", "dest_port="+port, "path=ip:127.0.0.1", "device_path=a.img")
+	if !strings.HasPrefix(dev, "/dev/ublkb") {
+		t.Fatalf("map printed %q", dev)
+	}
+	t.Cleanup(func() { c.run("unmap", "--force", dev) })
+
+	out, err := c.run("map", "sessname=lab", "dest_port="+port, "path=ip:127.0.0.1", "device_path=a.img")
+	if exitCodeOf(err) != int(syscall.EEXIST) || !strings.Contains(out, "already mapped") {
+		t.Errorf("mapping the same device twice: %v %s; want EEXIST", err, out)
+	}
+	out, err = c.run("map", "sessname=lab", "dest_port="+port, "path=ip:127.0.0.1", "device_path=missing.img")
+	if exitCodeOf(err) != int(syscall.ENOENT) {
+		t.Errorf("mapping a missing device: %v %s; want ENOENT", err, out)
+	}
+	out, err = c.run("map", "sessname=lab", "dest_port="+port, "path=ip:127.0.0.1", "device_path=../a.img")
+	if exitCodeOf(err) != int(syscall.EINVAL) {
+		t.Errorf("a device path with '..': %v %s; want EINVAL", err, out)
+	}
+	out, err = c.run("map", "sessname=lab", "device_path=a.img")
+	if exitCodeOf(err) != int(syscall.ENXIO) {
+		t.Errorf("no path: %v %s; want ENXIO", err, out)
+	}
+
+	dev2 := c.must("client", "device", "map", "b.img", "from", "127.0.0.1", "dest_port="+port, "access_mode=ro")
+	t.Cleanup(func() { c.run("unmap", "--force", dev2) })
+	var entries []struct {
+		Device     string `json:"devname"`
+		SessName   string `json:"sessname"`
+		MapPath    string `json:"mapping_path"`
+		AccessMode string `json:"access_mode"`
+		State      string `json:"state"`
+	}
+	if err := json.Unmarshal([]byte(c.must("list", "--format", "json")), &entries); err != nil || len(entries) != 2 {
+		t.Fatalf("list: %v %+v", err, entries)
+	}
+	for _, e := range entries {
+		if e.State != "open" || e.SessName == "" || (e.Device == dev) != (e.MapPath == "a.img") {
+			t.Errorf("list entry %+v", e)
+		}
+	}
+	if out := c.must("list"); !strings.Contains(out, "a.img") || !strings.Contains(out, "b.img") || !strings.Contains(out, "ro") {
+		t.Errorf("list table:\n%s", out)
+	}
+	if out, err := exec.Command("dd", "if=/dev/zero", "of="+dev2, "bs=4k", "count=1", "oflag=direct").CombinedOutput(); err == nil {
+		t.Errorf("a write to a read-only mapping succeeded: %s", out)
+	}
+
+	res, stderr, err := labtest.Fio(t, labtest.VerifyArgs(dev, "64M")...)
+	if err != nil || res.Errors() != 0 || res.IOs() == 0 {
+		t.Fatalf("fio verify on %s: %v, %d errors\n%s", dev, err, res.Errors(), stderr)
+	}
+
+	// A device held open cannot be unmapped normally.
+	f, err := os.Open(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err = c.run("unmap", dev)
+	if exitCodeOf(err) != int(syscall.EBUSY) || !strings.Contains(out, "in use") {
+		t.Errorf("unmap of an open device: %v %s; want EBUSY", err, out)
+	}
+	f.Close()
+	c.must("unmap", dev)
+	c.must("unmap", "--force", dev2)
+	if _, err := os.Stat(dev); !os.IsNotExist(err) {
+		t.Errorf("%s still exists after unmap", dev)
+	}
+	if out := c.must("list", "--format", "json"); strings.TrimSpace(out) != "[]" {
+		t.Errorf("list after unmap: %s", out)
+	}
+}

@@ -1,0 +1,763 @@
+package rdmatr
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net/netip"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/urnbd/urnbd/rdma"
+	"github.com/urnbd/urnbd/rtrs"
+)
+
+// PathAddr is one path: Dst is the server's "ip:port" (or "ip", port
+// rtrs.DefaultPort), Src optionally the local IP to connect from.
+type PathAddr struct {
+	Src string
+	Dst string
+}
+
+// String returns "src@dst" or "dst", as RTRS names paths.
+func (a PathAddr) String() string {
+	if a.Src == "" {
+		return a.Dst
+	}
+	return a.Src + "@" + a.Dst
+}
+
+// Path states of a client path.
+const (
+	PathStateConnecting   int32 = iota // first connect
+	PathStateConnected                 // carries requests
+	PathStateReconnecting              // failed, reconnecting
+	PathStateDisconnected              // closed or given up
+)
+
+// PathStateName returns "connecting", "connected", ...
+func PathStateName(s int32) string {
+	switch s {
+	case PathStateConnecting:
+		return "connecting"
+	case PathStateConnected:
+		return "connected"
+	case PathStateReconnecting:
+		return "reconnecting"
+	case PathStateDisconnected:
+		return "disconnected"
+	}
+	return "unknown"
+}
+
+// ClientConfig describes a client session.
+type ClientConfig struct {
+	// SessName is the session name (rtrs.CheckSessName).
+	SessName string
+	// Paths are the session's paths.
+	Paths []PathAddr
+	// Queues is the number of per-CPU queues, and so of IO connections per
+	// path (cid 1..Queues; cid 0 is the service connection); default the
+	// number of CPUs.
+	Queues int
+	// Policy picks the path of each request.
+	Policy rtrs.MPPolicy
+	// Region is the client's registered memory: the Data of every Request
+	// must lie inside it, because the RDMA device reads write data from it
+	// and the server RDMA-writes read data into it. It must be memory that
+	// never moves, from mmap(2) (unix.Mmap), not the Go heap; the caller
+	// keeps it mapped until Close has returned. If nil, DialClient maps
+	// RegionSize bytes itself (see Client.Region) and unmaps them at Close.
+	// The region is registered (local write, remote write) with the
+	// device of every path; one rkey per path serves all read buffers.
+	Region     []byte
+	RegionSize int
+	// MaxReconnectAttempts bounds the reconnects of a path after it failed:
+	// -1 forever (the kernel's default), 0 none.
+	MaxReconnectAttempts int
+	// ReconnectDelay is waited before each reconnect attempt; default
+	// rtrs.ReconnectBackoff.
+	ReconnectDelay time.Duration
+	// HeartbeatInterval and MissedHeartbeats: a path whose server sends
+	// nothing for about Interval × (Missed+2) is failed; defaults
+	// rtrs.HBInterval and rtrs.HBMissedMax.
+	HeartbeatInterval time.Duration
+	MissedHeartbeats  int
+	// Timeout bounds address and route resolution, each connection and
+	// the INFO exchange; default rtrs.ConnectTimeout.
+	Timeout time.Duration
+	// Logf, if set, receives a line for every path failure and why.
+	Logf func(format string, args ...any)
+}
+
+// Client is an RTRS client session over RDMA: its paths, each with one IO
+// connection per queue, and the queues that carry requests.
+type Client struct {
+	cfg       ClientConfig
+	params    Params
+	permits   *rtrs.Permits
+	pathsUUID rtrs.UUID
+	region    []byte
+	ownRegion bool
+	hdr       []byte // queue_depth × max_hdr_size: per permit, user message + RTRS header
+	queues    []*ClientQueue
+
+	mu      sync.Mutex
+	paths   []*clientPath
+	adopted bool
+	ready   chan struct{}
+	closed  atomic.Bool
+	starved atomic.Int32
+	wg      sync.WaitGroup
+}
+
+// clientPath is one path of the session, run by its own goroutine.
+type clientPath struct {
+	c        *Client
+	idx      int
+	addr     PathAddr
+	src, dst netip.AddrPort
+	uuid     rtrs.UUID
+	state    atomic.Int32
+	stats    *rtrs.ClientPathStats
+	hbMissed atomic.Int32
+	rtt      atomic.Int64
+	reconCnt uint16
+	wakeFD   int
+	first    chan error // first connect outcome, once
+	cur      *pathConns // owned by the path goroutine
+}
+
+// pathConns are the connections and registrations of one connect of a
+// path; a reconnect makes new ones.
+type pathConns struct {
+	p        *clientPath
+	ch       *rdma.EventChannel
+	pd       *rdma.PD
+	svc      *conn
+	io       []*conn // by queue
+	params   Params
+	chunks   []rtrs.RemoteChunk
+	regionMR *rdma.MR
+	hdrMR    *rdma.MR
+	info     []byte
+	infoMR   *rdma.MR
+	failed   atomic.Bool
+	attached sync.WaitGroup // queues holding a connection of this set
+	hbSent   time.Time
+}
+
+// Usable, Inflight, Latency implement rtrs.PathLoad.
+func (p *clientPath) Usable() bool    { return p.state.Load() == PathStateConnected }
+func (p *clientPath) Inflight() int64 { return p.stats.Inflight() }
+func (p *clientPath) Latency() int64  { return p.rtt.Load() }
+
+// DialClient opens a session: it connects every path (at least one must
+// connect within the timeout; the others keep trying in the background,
+// as the kernel client does) and returns the client with its queues, which
+// the caller runs (ClientQueue.Run).
+func DialClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
+	if err := rtrs.CheckSessName(cfg.SessName); err != nil {
+		return nil, err
+	}
+	if len(cfg.Paths) == 0 || len(cfg.Paths) > rtrs.MaxPathsNum {
+		return nil, fmt.Errorf("rtrs/rdmatr: %d paths: %w", len(cfg.Paths), syscall.EINVAL)
+	}
+	if cfg.Queues <= 0 {
+		cfg.Queues = runtime.NumCPU()
+	}
+	if cfg.Queues+1 > rtrs.MaxConnsPerPath {
+		return nil, fmt.Errorf("rtrs/rdmatr: %d queues: %w", cfg.Queues, syscall.EINVAL)
+	}
+	if cfg.ReconnectDelay == 0 {
+		cfg.ReconnectDelay = rtrs.ReconnectBackoff
+	}
+	if cfg.HeartbeatInterval == 0 {
+		cfg.HeartbeatInterval = rtrs.HBInterval
+	}
+	if cfg.MissedHeartbeats == 0 {
+		cfg.MissedHeartbeats = rtrs.HBMissedMax
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = rtrs.ConnectTimeout
+	}
+	c := &Client{cfg: cfg, ready: make(chan struct{}), region: cfg.Region}
+	if c.region == nil {
+		if cfg.RegionSize <= 0 {
+			return nil, fmt.Errorf("rtrs/rdmatr: no Region and no RegionSize: %w", syscall.EINVAL)
+		}
+		r, err := mmapRegion(cfg.RegionSize)
+		if err != nil {
+			return nil, err
+		}
+		c.region, c.ownRegion = r, true
+	}
+	rand.Read(c.pathsUUID[:])
+	for i, a := range cfg.Paths {
+		p, err := c.newPath(i, a)
+		if err != nil {
+			c.closePaths()
+			c.freeMem()
+			return nil, err
+		}
+		c.paths = append(c.paths, p)
+	}
+	for _, p := range c.paths {
+		c.wg.Add(1)
+		go p.run()
+	}
+	var errs []error
+	for _, p := range c.paths {
+		var err error
+		select {
+		case err = <-p.first:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		if err == nil {
+			<-c.ready
+			return c, nil
+		}
+		errs = append(errs, fmt.Errorf("path %v: %w", p.addr, err))
+	}
+	c.Close()
+	return nil, errors.Join(errs...)
+}
+
+func (c *Client) newPath(i int, a PathAddr) (*clientPath, error) {
+	p := &clientPath{c: c, idx: i, addr: a, stats: rtrs.NewClientPathStats(0), first: make(chan error, 1)}
+	var err error
+	if p.dst, err = parseAddr(a.Dst, rtrs.DefaultPort); err != nil {
+		return nil, err
+	}
+	if a.Src != "" {
+		if p.src, err = parseAddr(a.Src, 0); err != nil {
+			return nil, err
+		}
+	}
+	rand.Read(p.uuid[:])
+	if p.wakeFD, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Params returns the session parameters the server announced.
+func (c *Client) Params() Params { return c.params }
+
+// Region returns the registered memory region requests' Data must lie in.
+func (c *Client) Region() []byte { return c.region }
+
+// Queues returns the number of queues.
+func (c *Client) Queues() int { return len(c.queues) }
+
+// Queue returns queue i (0..Queues-1).
+func (c *Client) Queue(i int) *ClientQueue { return c.queues[i] }
+
+// Permits returns the session's permit pool.
+func (c *Client) Permits() *rtrs.Permits { return c.permits }
+
+// ClientPathInfo is a snapshot of a client path.
+type ClientPathInfo struct {
+	Index int
+	Addr  PathAddr
+	State string
+	RTT   time.Duration
+	// Stats are the path's statistics (live, not a copy).
+	Stats *rtrs.ClientPathStats
+}
+
+// Paths returns a snapshot of the session's paths.
+func (c *Client) Paths() []ClientPathInfo {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]ClientPathInfo, len(c.paths))
+	for i, p := range c.paths {
+		out[i] = ClientPathInfo{Index: i, Addr: p.addr, State: PathStateName(p.state.Load()), RTT: time.Duration(p.rtt.Load()), Stats: p.stats}
+	}
+	return out
+}
+
+// SetPolicy changes the multipath policy.
+func (c *Client) SetPolicy(pol rtrs.MPPolicy) {
+	for _, q := range c.queues {
+		q.post(qmsg{kind: msgPolicy, policy: pol})
+	}
+}
+
+// Close ends the session: every path is disconnected and freed, requests
+// still waiting fail with -ENOTCONN, and the queues' Run loops return.
+// Call it from outside the queues' threads.
+func (c *Client) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	c.closePaths()
+	c.wg.Wait()
+	for _, q := range c.queues {
+		q.post(qmsg{kind: msgClose})
+	}
+	for _, q := range c.queues {
+		if q.started.Load() {
+			<-q.exited
+		}
+		unix.Close(q.wakeFD)
+	}
+	for _, p := range c.paths {
+		unix.Close(p.wakeFD)
+	}
+	c.freeMem()
+	return nil
+}
+
+func (c *Client) closePaths() {
+	c.closed.Store(true)
+	for _, p := range c.paths {
+		p.wake()
+	}
+}
+
+func (c *Client) freeMem() {
+	if c.ownRegion {
+		munmap(c.region)
+		c.region = nil
+	}
+	munmap(c.hdr)
+	c.hdr = nil
+}
+
+func (p *clientPath) wake() {
+	one := [8]byte{1}
+	unix.Write(p.wakeFD, one[:])
+}
+
+func (p *clientPath) sleep(d time.Duration) {
+	d += time.Duration(time.Now().UnixNano()%int64(rtrs.ReconnectSeed/time.Millisecond)) * time.Millisecond
+	deadline := time.Now().Add(d)
+	for !p.c.closed.Load() {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return
+		}
+		waitFd(p.wakeFD, left)
+		var b [8]byte
+		unix.Read(p.wakeFD, b[:])
+	}
+}
+
+// run connects the path, serves it, and reconnects after failures.
+func (p *clientPath) run() {
+	c := p.c
+	defer c.wg.Done()
+	firstDone := false
+	report := func(err error) {
+		if !firstDone {
+			firstDone = true
+			p.first <- err
+		}
+	}
+	attempts := 0
+	for !c.closed.Load() {
+		pc, err := p.connect()
+		if err == nil {
+			err = c.adopt(pc)
+		}
+		if err != nil {
+			if pc != nil {
+				pc.destroy()
+			}
+			report(err)
+			p.stats.ReconnectFailed()
+			attempts++
+			if c.cfg.MaxReconnectAttempts >= 0 && attempts > c.cfg.MaxReconnectAttempts {
+				break
+			}
+			p.state.Store(PathStateReconnecting)
+			p.sleep(c.cfg.ReconnectDelay)
+			continue
+		}
+		attempts = 0
+		p.stats.ReconnectSucceeded()
+		p.cur = pc
+		p.hbMissed.Store(0)
+		p.state.Store(PathStateConnected)
+		report(nil)
+		p.attach(pc)
+		p.serve(pc)
+		p.state.Store(PathStateReconnecting)
+		p.teardown(pc)
+		p.cur = nil
+		if c.closed.Load() || c.cfg.MaxReconnectAttempts == 0 {
+			break
+		}
+		p.sleep(c.cfg.ReconnectDelay)
+	}
+	p.state.Store(PathStateDisconnected)
+	report(errors.New("rtrs/rdmatr: client closed"))
+}
+
+// connect establishes the path as the kernel client does: cids
+// 0..Queues one after another, then INFO_REQ/INFO_RSP on cid 0.
+func (p *clientPath) connect() (_ *pathConns, err error) {
+	c := p.c
+	pc := &pathConns{p: p}
+	defer func() {
+		if err != nil {
+			pc.destroy()
+		}
+	}()
+	if pc.ch, err = rdma.NewEventChannel(); err != nil {
+		return nil, err
+	}
+	if err = pc.ch.SetNonblock(true); err != nil {
+		return nil, err
+	}
+	p.reconCnt++
+	to := c.cfg.Timeout
+	cidNum := c.cfg.Queues + 1
+	for cid := 0; cid < cidNum; cid++ {
+		id, err := pc.ch.NewID(rdma.PSTCP)
+		if err != nil {
+			return pc, err
+		}
+		if err := id.ResolveAddr(p.src, p.dst, to); err != nil {
+			id.Destroy()
+			return pc, err
+		}
+		if _, err := expectCM(pc.ch, rdma.EventAddrResolved, to); err != nil {
+			id.Destroy()
+			return pc, err
+		}
+		if err := id.ResolveRoute(to); err != nil {
+			id.Destroy()
+			return pc, err
+		}
+		if _, err := expectCM(pc.ch, rdma.EventRouteResolved, to); err != nil {
+			id.Destroy()
+			return pc, err
+		}
+		if pc.pd == nil {
+			if pc.pd, err = id.Context().AllocPD(); err != nil {
+				id.Destroy()
+				return pc, err
+			}
+		}
+		sendWR, recvWR := 2*rtrs.ServiceConQueueDepth+2, 2*rtrs.ServiceConQueueDepth+2
+		if cid > 0 {
+			qd := pc.params.QueueDepth
+			sendWR, recvWR = 2*qd+2, 2*qd+2
+		}
+		cn, err := newConn(id, pc.pd, uint16(cid), sendWR, recvWR, 0)
+		if err != nil {
+			id.Destroy()
+			return pc, err
+		}
+		if cid == 0 {
+			pc.svc = cn
+		} else {
+			pc.io = append(pc.io, cn)
+		}
+		req := rtrs.ConnReq{CID: uint16(cid), CIDNum: uint16(cidNum), ReconCnt: p.reconCnt,
+			SessUUID: p.uuid, PathsUUID: c.pathsUUID, FirstConn: true}
+		var b [rtrs.ConnReqSize]byte
+		req.MarshalTo(b[:])
+		if err := id.Connect(rdma.ConnParam{PrivateData: b[:], RetryCount: 7, RNRRetryCount: 7}); err != nil {
+			return pc, err
+		}
+		ev, err := waitCM(pc.ch, to)
+		if err != nil {
+			return pc, err
+		}
+		var rsp rtrs.ConnRsp
+		switch ev.Type {
+		case rdma.EventEstablished:
+		case rdma.EventRejected:
+			if len(ev.PrivateData) >= rtrs.ConnRspSize && rsp.Unmarshal(ev.PrivateData) == nil && rsp.Errno < 0 {
+				return pc, fmt.Errorf("rtrs/rdmatr: cid %d refused: %w", cid, syscall.Errno(-rsp.Errno))
+			}
+			return pc, fmt.Errorf("rtrs/rdmatr: cid %d rejected (status %d): %w", cid, ev.Status, syscall.ECONNRESET)
+		default:
+			return pc, fmt.Errorf("rtrs/rdmatr: cid %d: %v (status %d): %w", cid, ev.Type, ev.Status, syscall.ECONNRESET)
+		}
+		if err := rsp.Unmarshal(ev.PrivateData); err != nil || rsp.Errno != 0 {
+			return pc, fmt.Errorf("rtrs/rdmatr: cid %d conn_rsp: %v: %w", cid, err, syscall.ECONNRESET)
+		}
+		if cid == 0 {
+			if pc.params, err = paramsFrom(&rsp); err != nil {
+				return pc, err
+			}
+		}
+	}
+	return pc, p.info(pc)
+}
+
+// info runs INFO_REQ/INFO_RSP on cid 0 and posts the receives.
+func (p *clientPath) info(pc *pathConns) (err error) {
+	c, qd := p.c, pc.params.QueueDepth
+	rspLen := rtrs.InfoRspBufSize(qd)
+	if pc.info, err = mmapRegion(rtrs.InfoReqSize + rspLen); err != nil {
+		return err
+	}
+	if pc.infoMR, err = pc.pd.RegMR(pc.info[:cap(pc.info)], rdma.AccessLocalWrite); err != nil {
+		return err
+	}
+	rb := rdma.NewRecvBatch(1, 1)
+	defer rb.Free()
+	rb.Add(infoRecvID, pc.infoMR.SGE(rtrs.InfoReqSize, rspLen))
+	if _, err := rb.Post(pc.svc.qp); err != nil {
+		return err
+	}
+	var req rtrs.InfoReq
+	if err := req.SetName(c.cfg.SessName); err != nil {
+		return err
+	}
+	req.MarshalTo(pc.info)
+	sb := rdma.NewSendBatch(1, 1)
+	defer sb.Free()
+	sb.Add(rdma.SendWR{Opcode: rdma.WRSend, Flags: rdma.SendSignaled}, pc.infoMR.SGE(0, rtrs.InfoReqSize))
+	if _, err := sb.Post(pc.svc.qp); err != nil {
+		return err
+	}
+	wcs := make([]rdma.WC, 4)
+	deadline := time.Now().Add(c.cfg.Timeout)
+	for got := false; !got; {
+		n, err := pc.svc.cq.Poll(wcs)
+		if err != nil {
+			return err
+		}
+		for _, wc := range wcs[:n] {
+			if wc.Status != rdma.WCSuccess {
+				return fmt.Errorf("rtrs/rdmatr: INFO exchange: %v: %w", wc.Status, syscall.ECONNRESET)
+			}
+			if wc.WRID == infoRecvID {
+				var rsp rtrs.InfoRsp
+				if err := rsp.Unmarshal(pc.info[rtrs.InfoReqSize : rtrs.InfoReqSize+int(wc.ByteLen)]); err != nil {
+					return err
+				}
+				if pc.chunks, err = rsp.ChunkBufs(qd, uint32(pc.params.ChunkSize), nil); err != nil {
+					return err
+				}
+				got = true
+			}
+		}
+		if n == 0 {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("rtrs/rdmatr: no INFO_RSP: %w", syscall.ETIMEDOUT)
+			}
+			waitFd(pc.svc.cc.Fd(), 10*time.Millisecond)
+			pc.svc.drainEvents()
+		}
+	}
+	if err := pc.svc.postRecvs(0, pc.svc.nrecv); err != nil {
+		return err
+	}
+	for _, cn := range pc.io {
+		if err := cn.postRecvs(0, cn.nrecv); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// adopt fixes the session parameters from the first path that connects
+// (creating the queues), checks later paths against them, and registers
+// the client's memory with the path's device.
+func (c *Client) adopt(pc *pathConns) (err error) {
+	c.mu.Lock()
+	if !c.adopted {
+		c.params = pc.params
+		qd := pc.params.QueueDepth
+		if c.hdr, err = mmapRegion(qd * pc.params.MaxHdrSize); err != nil {
+			c.mu.Unlock()
+			return err
+		}
+		c.permits = rtrs.NewPermits(qd)
+		for i := 0; i < c.cfg.Queues; i++ {
+			q, err := newClientQueue(c, i)
+			if err != nil {
+				c.mu.Unlock()
+				return err
+			}
+			c.queues = append(c.queues, q)
+		}
+		c.adopted = true
+		close(c.ready)
+	}
+	c.mu.Unlock()
+	if pc.params.QueueDepth != c.params.QueueDepth || pc.params.ChunkSize != c.params.ChunkSize || pc.params.MaxHdrSize != c.params.MaxHdrSize {
+		return fmt.Errorf("rtrs/rdmatr: path parameters differ from the session's: %w", syscall.EINVAL)
+	}
+	acc := rdma.AccessLocalWrite | rdma.AccessRemoteWrite
+	if pc.regionMR, err = pc.pd.RegMR(c.region[:cap(c.region)], acc); err != nil {
+		return err
+	}
+	pc.hdrMR, err = pc.pd.RegMR(c.hdr[:cap(c.hdr)], rdma.AccessLocalWrite)
+	return err
+}
+
+// attach hands the IO connections to the queues.
+func (p *clientPath) attach(pc *pathConns) {
+	pc.attached.Add(len(p.c.queues))
+	for i, q := range p.c.queues {
+		q.post(qmsg{kind: msgAttach, pc: pc, cn: pc.io[i]})
+	}
+}
+
+// fail is called (from any thread) when a connection of the set failed.
+func (pc *pathConns) fail(why string, args ...any) {
+	if !pc.failed.Swap(true) {
+		if l := pc.p.c.cfg.Logf; l != nil && !pc.p.c.closed.Load() {
+			l("rtrs/rdmatr client path %v: "+why, append([]any{pc.p.addr}, args...)...)
+		}
+		pc.p.wake()
+	}
+}
+
+// serve runs the service connection (heartbeats) and watches CM events
+// until the path fails or the client closes.
+func (p *clientPath) serve(pc *pathConns) {
+	c := p.c
+	sb := rdma.NewSendBatch(4, 1)
+	defer sb.Free()
+	rb := rdma.NewRecvBatch(pc.svc.nrecv, 1)
+	defer rb.Free()
+	wcs := make([]rdma.WC, 32)
+	fds := []unix.PollFd{{Fd: int32(pc.ch.Fd()), Events: unix.POLLIN}, {Fd: int32(pc.svc.cc.Fd()), Events: unix.POLLIN}, {Fd: int32(p.wakeFD), Events: unix.POLLIN}}
+	next := time.Now().Add(c.cfg.HeartbeatInterval)
+	for !c.closed.Load() && !pc.failed.Load() {
+		ms := max(int(time.Until(next)/time.Millisecond), 0)
+		unix.Poll(fds, ms)
+		var b [8]byte
+		unix.Read(p.wakeFD, b[:])
+		for {
+			ev, err := pc.ch.GetEvent()
+			if err != nil {
+				break
+			}
+			ev.Ack()
+			switch ev.Type {
+			case rdma.EventDisconnected, rdma.EventConnectError, rdma.EventUnreachable, rdma.EventRejected,
+				rdma.EventAddrChange, rdma.EventTimewaitExit, rdma.EventDeviceRemoval:
+				pc.fail("%v (status %d)", ev.Type, ev.Status)
+			}
+		}
+		if err := pc.svc.drainEvents(); err != nil {
+			pc.fail("service connection: %v", err)
+		}
+		for {
+			n, err := pc.svc.cq.Poll(wcs)
+			if err != nil {
+				pc.fail("service connection: %v", err)
+				break
+			}
+			for _, wc := range wcs[:n] {
+				if wc.Status != rdma.WCSuccess {
+					pc.fail("service connection: %v: %v", wc.Opcode, wc.Status)
+					continue
+				}
+				if wc.Opcode&rdma.WCRecv == 0 {
+					continue
+				}
+				p.hbMissed.Store(0)
+				rb.Add(wc.WRID, pc.svc.recvSGE(int(wc.WRID)))
+				if !wc.HasImm() {
+					continue
+				}
+				switch t, _ := rtrs.SplitImm(wc.Imm); t {
+				case rtrs.ImmHBMsg:
+					sb.Add(rdma.SendWR{Opcode: rdma.WRWriteWithImm, Imm: rtrs.HeartbeatAckImm})
+				case rtrs.ImmHBAck:
+					if !pc.hbSent.IsZero() {
+						p.rtt.Store(int64(time.Since(pc.hbSent)))
+					}
+				}
+			}
+			if n < len(wcs) {
+				break
+			}
+		}
+		if time.Now().After(next) {
+			next = time.Now().Add(c.cfg.HeartbeatInterval)
+			switch m := p.hbMissed.Load(); {
+			case int(m) > c.cfg.MissedHeartbeats:
+				pc.fail("%d heartbeats missed", m)
+			case m > 0:
+				p.hbMissed.Add(1)
+			default:
+				p.hbMissed.Store(1)
+				pc.hbSent = time.Now()
+				sb.Add(rdma.SendWR{Opcode: rdma.WRWriteWithImm, Imm: rtrs.HeartbeatImm})
+			}
+		}
+		if rb.Len() > 0 {
+			if _, err := rb.Post(pc.svc.qp); err != nil {
+				pc.fail("service connection: %v", err)
+			}
+		}
+		if sb.Len() > 0 {
+			if _, err := sb.Post(pc.svc.qp); err != nil {
+				pc.fail("service connection: %v", err)
+			}
+		}
+	}
+}
+
+// teardown disconnects the set, takes it from the queues (their requests
+// fail over) and frees it once no queue polls its CQs.
+func (p *clientPath) teardown(pc *pathConns) {
+	pc.failed.Store(true)
+	pc.svc.id.Disconnect()
+	for _, cn := range pc.io {
+		cn.id.Disconnect()
+	}
+	for _, q := range p.c.queues {
+		q.post(qmsg{kind: msgDetach, pc: pc})
+	}
+	done := make(chan struct{})
+	go func() { pc.attached.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(p.c.cfg.Timeout):
+		return // a queue that does not run still holds it: leak rather than free under it
+	}
+	pc.destroy()
+}
+
+func (pc *pathConns) destroy() {
+	pc.svc.destroy(false)
+	pc.svc = nil
+	for _, cn := range pc.io {
+		cn.destroy(false)
+	}
+	pc.io = nil
+	for _, mr := range []*rdma.MR{pc.regionMR, pc.hdrMR, pc.infoMR} {
+		if mr != nil {
+			mr.Dereg()
+		}
+	}
+	pc.regionMR, pc.hdrMR, pc.infoMR = nil, nil, nil
+	munmap(pc.info)
+	pc.info = nil
+	if pc.pd != nil {
+		pc.pd.Dealloc()
+		pc.pd = nil
+	}
+	if pc.ch != nil {
+		// Ids are gone; drain what is left so Close does not block.
+		for {
+			ev, err := pc.ch.GetEvent()
+			if err != nil {
+				break
+			}
+			ev.Ack()
+		}
+		pc.ch.Close()
+		pc.ch = nil
+	}
+}

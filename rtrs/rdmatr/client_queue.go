@@ -1,0 +1,686 @@
+package rdmatr
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/urnbd/urnbd/rdma"
+	"github.com/urnbd/urnbd/rtrs"
+	"github.com/urnbd/urnbd/uring"
+)
+
+// Request is one IO request of a client: a read or a write carrying a user
+// (RNBD) message. The caller owns it and may reuse it once Done has been
+// called; the client never allocates one.
+type Request struct {
+	// Write is true for a write (Data goes to the server), false for a read
+	// (the server's reply lands in Data, len(Data) bytes).
+	Write bool
+	// Usr is the user message, at most MaxHdrSize minus the RTRS header.
+	// It may live anywhere: it is copied into registered memory.
+	Usr []byte
+	// Data is the data to write or the buffer to read into; at most the
+	// session's MaxIOSize, and it must lie inside the client's registered
+	// Region (Client.Region). A read without data (a flush) has none.
+	Data []byte
+	// Done is called on the queue's thread when the request has ended:
+	// errno 0 or a negative errno from the server, or -ENOTCONN when no path
+	// could carry it. Make it once (a method value), not per request.
+	Done func(r *Request, errno int)
+	// Tag is the caller's.
+	Tag uint64
+
+	id        int      // permit (chunk index) while held, else -1
+	qc        *qconn   // connection carrying it, nil while waiting
+	next      *Request // in the waiting list
+	off       int      // offset of Data in the region
+	failovers int
+	start     int64
+}
+
+// Failovers returns how often the request was moved to another path.
+func (r *Request) Failovers() int { return r.failovers }
+
+// reqList is an intrusive FIFO of requests.
+type reqList struct{ head, tail *Request }
+
+func (l *reqList) push(r *Request) {
+	r.next = nil
+	if l.tail == nil {
+		l.head = r
+	} else {
+		l.tail.next = r
+	}
+	l.tail = r
+}
+
+func (l *reqList) pushFront(r *Request) {
+	r.next = l.head
+	l.head = r
+	if l.tail == nil {
+		l.tail = r
+	}
+}
+
+func (l *reqList) pop() *Request {
+	r := l.head
+	if r != nil {
+		l.head = r.next
+		if l.head == nil {
+			l.tail = nil
+		}
+		r.next = nil
+	}
+	return r
+}
+
+func (l *reqList) empty() bool { return l.head == nil }
+
+// ClientQueue is one per-CPU queue of a client session: the requests
+// submitted on one thread go out on that queue's IO connection of the path
+// the policy picks, and their completions come back on the same thread:
+// the queue's io_uring polls the completion channels of its connections
+// (one-shot POLL_ADD, re-armed after each wake-up). All its methods but
+// Run and Do must be called on the queue's thread (from Run's start
+// function or a Done callback).
+type ClientQueue struct {
+	c      *Client
+	id     int
+	ring   *uring.Ring
+	udBase uint64
+	policy rtrs.MPPolicy
+	rr     int
+
+	slots   []*qconn   // by path index
+	reqs    []*Request // by permit id: this queue's requests in flight
+	waiting reqList
+	dirty   []*qconn
+	wcs     []rdma.WC
+	onCQE   func(*uring.CQE)
+
+	starved atomic.Bool
+	kicked  atomic.Bool
+	started atomic.Bool
+	exited  chan struct{}
+
+	wakeFD  int
+	wakeBuf [8]byte
+	mu      sync.Mutex
+	mbox    []qmsg
+	spare   []qmsg
+	closed  bool
+}
+
+type qmsgKind int
+
+const (
+	msgAttach qmsgKind = iota
+	msgDetach
+	msgRetry
+	msgPolicy
+	msgClose
+	msgDo
+)
+
+type qmsg struct {
+	kind   qmsgKind
+	pc     *pathConns
+	cn     *conn
+	policy rtrs.MPPolicy
+	do     func(*ClientQueue)
+}
+
+// qconn is a queue's IO connection on one path.
+type qconn struct {
+	q      *ClientQueue
+	pc     *pathConns
+	path   *clientPath
+	cn     *conn
+	slot   int
+	sb     *rdma.SendBatch
+	rb     *rdma.RecvBatch
+	dirty  bool
+	pollOn bool
+	dead   bool
+	reaped bool
+}
+
+// User data of the queue's ring entries: kind in bits 56..59, slot below.
+const (
+	udPoll   = 1 << 56
+	udWake   = 3 << 56
+	udCancel = 4 << 56
+	udKind   = 0xf << 56
+)
+
+func newClientQueue(c *Client, id int) (*ClientQueue, error) {
+	fd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("rtrs/rdmatr client queue %d: eventfd: %w", id, err)
+	}
+	q := &ClientQueue{c: c, id: id, policy: c.cfg.Policy, wakeFD: fd, exited: make(chan struct{}),
+		reqs: make([]*Request, c.params.QueueDepth), wcs: make([]rdma.WC, 64)}
+	q.onCQE = q.HandleCQE
+	return q, nil
+}
+
+// ID returns the queue's index.
+func (q *ClientQueue) ID() int { return q.id }
+
+// Run runs the queue's event loop on the calling goroutine, locked to its
+// OS thread, with its own io_uring. start is called once on the thread
+// before the loop; Run returns when the client is closed.
+func (q *ClientQueue) Run(start func(q *ClientQueue)) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	q.started.Store(true)
+	defer close(q.exited)
+	ring, err := uring.New(256, uring.SetupSingleIssuer|uring.SetupDeferTaskrun|uring.SetupCoopTaskrun)
+	if err != nil {
+		ring, err = uring.New(256, 0)
+	}
+	if err != nil {
+		return fmt.Errorf("rtrs/rdmatr client queue %d: %w", q.id, err)
+	}
+	defer ring.Close()
+	q.Attach(ring, 0)
+	if start != nil {
+		start(q)
+	}
+	for !q.closed || q.busy() {
+		q.Flush()
+		if _, err := ring.SubmitAndWait(1); err != nil && !errors.Is(err, unix.EINTR) {
+			return fmt.Errorf("rtrs/rdmatr client queue %d: %w", q.id, err)
+		}
+		ring.ForEachCQE(q.onCQE)
+	}
+	return nil
+}
+
+// busy reports whether ring entries still refer to connections.
+func (q *ClientQueue) busy() bool {
+	for _, qc := range q.slots {
+		if qc != nil && qc.pollOn {
+			return true
+		}
+	}
+	return false
+}
+
+// Attach makes the queue use ring, an io_uring owned by the calling
+// thread's event loop: the queue submits entries with user data
+// base|(kind<<56)|slot and the loop hands their completions to HandleCQE
+// (see Owns) and calls Flush after each batch. base must leave bits 56..59
+// and the low 32 bits clear.
+func (q *ClientQueue) Attach(ring *uring.Ring, base uint64) {
+	q.ring, q.udBase = ring, base
+	q.started.Store(true)
+	q.armWake()
+}
+
+// Owns reports whether a completion with user data ud belongs to the queue.
+func (q *ClientQueue) Owns(ud uint64) bool {
+	k := ud & udKind
+	return ud&^(udKind|0xffffffff) == q.udBase && k >= udPoll && k <= udCancel
+}
+
+func (q *ClientQueue) sqe() *uring.SQE {
+	for {
+		if s := q.ring.GetSQE(); s != nil {
+			return s
+		}
+		if _, err := q.ring.Submit(); err != nil && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.EAGAIN) {
+			panic(fmt.Sprintf("rtrs/rdmatr client queue %d: submit: %v", q.id, err))
+		}
+	}
+}
+
+func (q *ClientQueue) armWake() {
+	q.sqe().PrepPollAdd(int32(q.wakeFD), unix.POLLIN, false, q.udBase|udWake)
+}
+
+func (q *ClientQueue) armPoll(qc *qconn) {
+	qc.pollOn = true
+	q.sqe().PrepPollAdd(int32(qc.cn.cc.Fd()), unix.POLLIN, false, q.udBase|udPoll|uint64(qc.slot))
+}
+
+func (q *ClientQueue) post(m qmsg) {
+	q.mu.Lock()
+	q.mbox = append(q.mbox, m)
+	q.mu.Unlock()
+	one := [8]byte{1}
+	unix.Write(q.wakeFD, one[:])
+}
+
+// Do runs fn on the queue's thread, soon. It may be called from any
+// goroutine; it is for control work, not for each request.
+func (q *ClientQueue) Do(fn func(*ClientQueue)) { q.post(qmsg{kind: msgDo, do: fn}) }
+
+// HandleCQE handles a completion of one of the queue's entries.
+func (q *ClientQueue) HandleCQE(cqe *uring.CQE) {
+	ud := cqe.UserData
+	switch ud & udKind {
+	case udWake:
+		unix.Read(q.wakeFD, q.wakeBuf[:])
+		q.drainMailbox()
+		if !q.closed {
+			q.armWake()
+		}
+	case udPoll:
+		slot := int(uint32(ud))
+		if slot < len(q.slots) && q.slots[slot] != nil {
+			q.onPoll(q.slots[slot])
+		}
+	}
+}
+
+func (q *ClientQueue) drainMailbox() {
+	q.mu.Lock()
+	msgs := q.mbox
+	q.mbox = q.spare[:0]
+	q.mu.Unlock()
+	for _, m := range msgs {
+		switch m.kind {
+		case msgAttach:
+			q.attachConn(m.pc, m.cn)
+		case msgDetach:
+			if i := m.pc.p.idx; i < len(q.slots) {
+				if qc := q.slots[i]; qc != nil && qc.pc == m.pc {
+					q.fail(qc, "detached")
+				}
+			}
+		case msgPolicy:
+			q.policy = m.policy
+		case msgDo:
+			m.do(q)
+		case msgClose:
+			q.closed = true
+			for _, qc := range q.slots {
+				if qc != nil {
+					q.fail(qc, "client closed")
+				}
+			}
+		}
+	}
+	q.spare = msgs[:0]
+	q.retryWaiting()
+}
+
+func (q *ClientQueue) attachConn(pc *pathConns, cn *conn) {
+	idx := pc.p.idx
+	for len(q.slots) <= idx {
+		q.slots = append(q.slots, nil)
+	}
+	if old := q.slots[idx]; old != nil {
+		q.fail(old, "replaced")
+		if !old.reaped {
+			// Its poll is still in the ring; the new set takes the slot
+			// once it is reaped. Rare (reconnect faster than a poll).
+			q.post(qmsg{kind: msgAttach, pc: pc, cn: cn})
+			return
+		}
+	}
+	if pc.failed.Load() || q.closed {
+		pc.attached.Done()
+		return
+	}
+	qc := &qconn{q: q, pc: pc, path: pc.p, cn: cn, slot: idx,
+		sb: rdma.NewSendBatch(64, 2), rb: rdma.NewRecvBatch(cn.nrecv, 1)}
+	q.slots[idx] = qc
+	q.armPoll(qc)
+}
+
+// Usable implements rtrs.PathLoad for the policy.
+func (qc *qconn) Usable() bool    { return qc != nil && !qc.dead && qc.path.Usable() }
+func (qc *qconn) Inflight() int64 { return qc.path.Inflight() }
+func (qc *qconn) Latency() int64  { return qc.path.Latency() }
+
+// Submit sends r. It never blocks: without a free permit or a usable path
+// the request waits in the queue, and is sent when a permit is returned or
+// a path comes up. It returns an error only for a request that can never
+// be sent (too large, or Data outside the registered region); then Done
+// is not called.
+func (q *ClientQueue) Submit(r *Request) error {
+	p := q.c.params
+	if len(r.Data) > p.MaxIOSize {
+		return fmt.Errorf("rtrs/rdmatr: request of %d bytes, max_io_size is %d: %w", len(r.Data), p.MaxIOSize, syscall.EINVAL)
+	}
+	if len(r.Usr)+rtrs.RdmaReadHdrSize+rtrs.SGDescSize > p.MaxHdrSize {
+		return fmt.Errorf("rtrs/rdmatr: user message of %d bytes too large for max_hdr_size %d: %w", len(r.Usr), p.MaxHdrSize, syscall.EINVAL)
+	}
+	r.off = 0
+	if len(r.Data) > 0 {
+		off, ok := regionOffset(q.c.region, r.Data)
+		if !ok {
+			return fmt.Errorf("rtrs/rdmatr: request data is not inside the registered region: %w", syscall.EINVAL)
+		}
+		r.off = off
+	}
+	r.id, r.qc, r.failovers, r.start = -1, nil, 0, nanotime()
+	if !q.waiting.empty() || !q.send(r, -1) {
+		q.waiting.push(r)
+	}
+	return nil
+}
+
+// regionOffset returns the offset of b inside region, if b lies in it.
+func regionOffset(region, b []byte) (int, bool) {
+	if len(b) == 0 || len(region) == 0 {
+		return 0, len(b) == 0
+	}
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(region)))
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	if p < base || p-base > uintptr(len(region)) || uintptr(len(b)) > uintptr(len(region))-(p-base) {
+		return 0, false
+	}
+	return int(p - base), true
+}
+
+// send takes a permit if r has none, picks a path (avoiding skip) and adds
+// r's work request to that connection's batch. It returns false if r must
+// wait.
+func (q *ClientQueue) send(r *Request, skip int) bool {
+	if r.id < 0 {
+		id, ok := q.c.permits.Get(q.id)
+		if !ok {
+			if !q.starved.Swap(true) {
+				q.c.starved.Add(1)
+			}
+			return false
+		}
+		r.id = id
+		q.reqs[id] = r
+	}
+	i := rtrs.Select(q.policy, q.slots, &q.rr, skip)
+	if i < 0 {
+		return false
+	}
+	qc := q.slots[i]
+	if err := q.addWR(qc, r); err != nil {
+		q.finish(r, -int(syscall.EINVAL))
+		return true
+	}
+	r.qc = qc
+	qc.path.stats.IncInflight()
+	if !qc.dirty {
+		qc.dirty = true
+		q.dirty = append(q.dirty, qc)
+	}
+	if qc.sb.Len() == qc.sb.Cap() {
+		q.flush(qc)
+	}
+	return true
+}
+
+// addWR builds r's header (user message + RTRS header) in its slot of the
+// registered header area and adds its RDMA-WRITE-with-IMM to qc's batch:
+// a write gathers [data, header] to the chunk base; a read writes only
+// the header, with one descriptor naming its buffer in the region, to
+// chunk base + D.
+func (q *ClientQueue) addWR(qc *qconn, r *Request) error {
+	c, pc := q.c, qc.pc
+	p := c.params
+	hs := p.MaxHdrSize
+	buf := c.hdr[r.id*hs : (r.id+1)*hs]
+	n := copy(buf, r.Usr)
+	var l rtrs.IOLayout
+	var err error
+	if r.Write {
+		if l, err = rtrs.WriteLayout(len(r.Data), len(r.Usr), uint32(p.ChunkSize), uint32(hs)); err != nil {
+			return err
+		}
+		m := rtrs.RdmaWriteMsg{UsrLen: uint16(len(r.Usr))}
+		k, err := m.MarshalTo(buf[n:])
+		if err != nil {
+			return err
+		}
+		n += k
+	} else {
+		sg := 0
+		if len(r.Data) > 0 {
+			sg = 1
+		}
+		if l, err = rtrs.ReadLayout(len(r.Data), len(r.Usr), sg, uint32(p.ChunkSize), uint32(hs)); err != nil {
+			return err
+		}
+		var desc [1]rtrs.SGDesc
+		desc[0] = rtrs.SGDesc{Addr: pc.regionMR.Addr() + uint64(r.off), Key: pc.regionMR.RKey(), Len: uint32(len(r.Data))}
+		m := rtrs.RdmaReadMsg{UsrLen: uint16(len(r.Usr)), Desc: desc[:sg]}
+		k, err := m.MarshalTo(buf[n:])
+		if err != nil {
+			return err
+		}
+		n += k
+	}
+	imm, err := p.Codec.IOReq(uint32(r.id), l.HdrOff)
+	if err != nil {
+		return err
+	}
+	ch := pc.chunks[r.id]
+	wr := rdma.SendWR{ID: uint64(r.id), Opcode: rdma.WRWriteWithImm, Imm: imm,
+		RemoteAddr: ch.Addr + uint64(l.WriteOff), RKey: ch.RKey}
+	hdr := pc.hdrMR.SGE(r.id*hs, n)
+	if r.Write && len(r.Data) > 0 {
+		return qc.sb.Add(wr, pc.regionMR.SGE(r.off, len(r.Data)), hdr)
+	}
+	return qc.sb.Add(wr, hdr)
+}
+
+// Flush posts the work requests queued since the last Flush, one
+// ibv_post_send per connection. The event loop that drives the queue
+// calls it after each batch of completions (Run does).
+func (q *ClientQueue) Flush() {
+	for n := len(q.dirty); n > 0; n = len(q.dirty) {
+		qc := q.dirty[n-1]
+		q.dirty[n-1] = nil
+		q.dirty = q.dirty[:n-1]
+		qc.dirty = false
+		if !qc.dead {
+			q.flush(qc)
+		}
+	}
+}
+
+func (q *ClientQueue) flush(qc *qconn) {
+	if qc.sb.Len() == 0 {
+		return
+	}
+	if _, err := qc.sb.Post(qc.cn.qp); err != nil {
+		qc.sb.Reset()
+		q.fail(qc, "post send failed")
+	}
+}
+
+// onPoll handles a wake-up of a connection's completion channel: take the
+// events, re-arm the CQ, poll it empty, re-post receives, re-arm the poll.
+func (q *ClientQueue) onPoll(qc *qconn) {
+	qc.pollOn = false
+	if qc.dead {
+		q.reap(qc)
+		return
+	}
+	if err := qc.cn.drainEvents(); err != nil {
+		q.fail(qc, "completion channel")
+		q.reap(qc)
+		return
+	}
+	total := 0
+	for {
+		n, err := qc.cn.cq.Poll(q.wcs)
+		if err != nil {
+			q.fail(qc, "poll CQ failed")
+			break
+		}
+		total += n
+		for i := range q.wcs[:n] {
+			q.onWC(qc, &q.wcs[i])
+		}
+		if n < len(q.wcs) {
+			break
+		}
+	}
+	if total > 0 {
+		qc.path.stats.RecordPoll(q.id, total)
+	}
+	if qc.dead {
+		q.reap(qc)
+		return
+	}
+	if qc.rb.Len() > 0 {
+		if _, err := qc.rb.Post(qc.cn.qp); err != nil {
+			qc.rb.Reset()
+			q.fail(qc, "post recv failed")
+			q.reap(qc)
+			return
+		}
+	}
+	q.armPoll(qc)
+}
+
+func (q *ClientQueue) onWC(qc *qconn, wc *rdma.WC) {
+	if wc.Status != rdma.WCSuccess {
+		q.fail(qc, wc.Status.String())
+		return
+	}
+	if qc.dead || wc.Opcode&rdma.WCRecv == 0 {
+		return // send completions
+	}
+	qc.path.hbMissed.Store(0)
+	slot := int(wc.WRID)
+	qc.rb.Add(wc.WRID, qc.cn.recvSGE(slot))
+	if !wc.HasImm() {
+		return // SEND_WITH_INV: only re-post
+	}
+	m, err := q.c.params.Codec.Decode(wc.Imm)
+	if err != nil || (m.Type != rtrs.ImmIORsp && m.Type != rtrs.ImmIORspWInv) {
+		if err != nil {
+			q.fail(qc, "bad immediate")
+		}
+		return
+	}
+	if wc.Opcode == rdma.WCRecv {
+		// SEND-with-IMM: an RKEY_RSP (always_invalidate server).
+		var rk rtrs.RkeyRsp
+		b := qc.cn.rbuf[slot*recvSlot : (slot+1)*recvSlot]
+		if wc.ByteLen < rtrs.RkeyRspSize || rk.Unmarshal(b) != nil || rk.CheckBufID(q.c.params.QueueDepth, m.BufID) != nil {
+			q.fail(qc, "bad RKEY_RSP")
+			return
+		}
+		qc.pc.chunks[m.BufID].RKey = rk.RKey
+	}
+	r := q.reqs[m.BufID]
+	if r == nil || r.qc != qc {
+		return // an answer on a path we already failed over from
+	}
+	q.complete(r, m.Errno)
+}
+
+func (q *ClientQueue) complete(r *Request, errno int) {
+	st := r.qc.path.stats
+	st.DecInflight()
+	n := uint64(len(r.Usr) + len(r.Data))
+	lat := time.Duration(nanotime() - r.start)
+	if r.Write {
+		st.RecordWrite(q.id, n)
+		st.RecordWriteLatency(q.id, lat)
+	} else {
+		st.RecordRead(q.id, n)
+		st.RecordReadLatency(q.id, lat)
+	}
+	q.finish(r, errno)
+}
+
+// finish returns r's permit and calls Done; then a waiting request may go.
+func (q *ClientQueue) finish(r *Request, errno int) {
+	if r.id >= 0 {
+		q.reqs[r.id] = nil
+		q.c.permits.Put(r.id)
+		r.id = -1
+		if q.c.starved.Load() > 0 {
+			q.c.kickStarved(q)
+		}
+	}
+	r.qc = nil
+	r.Done(r, errno)
+	q.retryWaiting()
+}
+
+func (c *Client) kickStarved(from *ClientQueue) {
+	for _, o := range c.queues {
+		if o != from && o.starved.Load() && !o.kicked.Swap(true) {
+			o.post(qmsg{kind: msgRetry})
+		}
+	}
+}
+
+func (q *ClientQueue) retryWaiting() {
+	q.kicked.Store(false)
+	for r := q.waiting.pop(); r != nil; r = q.waiting.pop() {
+		if !q.send(r, -1) {
+			q.waiting.pushFront(r)
+			break
+		}
+	}
+	if !q.waiting.empty() && q.closed {
+		for r := q.waiting.pop(); r != nil; r = q.waiting.pop() {
+			q.finish(r, -int(syscall.ENOTCONN))
+		}
+	}
+	if q.waiting.empty() && q.starved.Swap(false) {
+		q.c.starved.Add(-1)
+	}
+}
+
+// fail takes a connection out of service: its requests fail over to
+// another path (with the same permit, hence the same chunk) or wait for
+// one, and the path is told to reconnect.
+func (q *ClientQueue) fail(qc *qconn, why string) {
+	if qc.dead {
+		return
+	}
+	qc.dead = true
+	qc.sb.Reset()
+	qc.pc.fail("queue %d: %s", q.id, why)
+	for _, r := range q.reqs {
+		if r == nil || r.qc != qc {
+			continue
+		}
+		qc.path.stats.DecInflight()
+		qc.path.stats.RecordFailover(q.id)
+		r.qc = nil
+		r.failovers++
+		if !q.send(r, qc.slot) {
+			q.waiting.push(r)
+		}
+	}
+	if qc.pollOn {
+		q.sqe().PrepPollRemove(q.udBase|udPoll|uint64(qc.slot), q.udBase|udCancel)
+	}
+	q.reap(qc)
+}
+
+// reap releases a dead connection once the ring no longer polls it.
+func (q *ClientQueue) reap(qc *qconn) {
+	if qc.pollOn || qc.reaped {
+		return
+	}
+	qc.reaped = true
+	qc.sb.Free()
+	qc.rb.Free()
+	if qc.slot < len(q.slots) && q.slots[qc.slot] == qc {
+		q.slots[qc.slot] = nil
+	}
+	qc.pc.attached.Done()
+}
+
+var startTime = time.Now()
+
+func nanotime() int64 { return int64(time.Since(startTime)) }

@@ -1,0 +1,254 @@
+package rdmatr
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/urnbd/urnbd/rdma"
+	"github.com/urnbd/urnbd/rtrs"
+)
+
+// Params are the session parameters a server announced in its ConnRsp.
+type Params struct {
+	QueueDepth int
+	MaxIOSize  int
+	MaxHdrSize int
+	// ChunkSize is MaxIOSize + MaxHdrSize.
+	ChunkSize int
+	Flags     uint32
+	// Codec encodes and checks immediates for these parameters.
+	Codec rtrs.ImmCodec
+}
+
+// paramsFrom validates an accepting ConnRsp and derives the parameters.
+func paramsFrom(rsp *rtrs.ConnRsp) (Params, error) {
+	chunk, err := rsp.ChunkSize()
+	if err != nil {
+		return Params{}, err
+	}
+	if rsp.MaxHdrSize == 0 || chunk > 1<<rtrs.ImmPayloadBits {
+		return Params{}, fmt.Errorf("rtrs/rdmatr conn_rsp: max_hdr_size %d, chunk size %d: %w", rsp.MaxHdrSize, chunk, rtrs.ErrOutOfRange)
+	}
+	codec, err := rtrs.NewImmCodec(int(rsp.QueueDepth), int(chunk))
+	if err != nil {
+		return Params{}, fmt.Errorf("rtrs/rdmatr conn_rsp: %w", err)
+	}
+	return Params{
+		QueueDepth: int(rsp.QueueDepth),
+		MaxIOSize:  int(rsp.MaxIOSize),
+		MaxHdrSize: int(rsp.MaxHdrSize),
+		ChunkSize:  int(chunk),
+		Flags:      rsp.Flags,
+		Codec:      codec,
+	}, nil
+}
+
+// recvSlot is the size of one receive buffer: room for an RKEY_RSP, the
+// only SEND payload a server may deliver on an IO connection (and only
+// with FlagNewRkey; otherwise its IMM WRs are zero-length).
+const recvSlot = rtrs.RkeyRspSize
+
+// conn is one RC connection: a CM id with its own completion channel, CQ
+// and QP, and a registered buffer of receive slots.
+type conn struct {
+	id    *rdma.CMID
+	cid   uint16
+	cc    *rdma.CompChannel
+	cq    *rdma.CQ
+	qp    *rdma.QP
+	nrecv int
+	rbuf  []byte // nrecv slots of recvSlot bytes (plus extra room, see newConn)
+	rmr   *rdma.MR
+}
+
+// newConn creates the verbs resources of a connection on id in pd: a CQ
+// for sendWR+recvWR completions on its own channel, the QP, and a receive
+// buffer of recvWR slots followed by extra bytes (for INFO messages).
+func newConn(id *rdma.CMID, pd *rdma.PD, cid uint16, sendWR, recvWR, extra int) (_ *conn, err error) {
+	c := &conn{id: id, cid: cid, nrecv: recvWR}
+	defer func() {
+		if err != nil {
+			c.destroy(false)
+		}
+	}()
+	ctx := id.Context()
+	if ctx.IsZero() {
+		return nil, errors.New("rtrs/rdmatr: connection id has no device")
+	}
+	if attr, err := ctx.QueryDevice(); err == nil && attr.MaxQPWR > 0 {
+		sendWR, recvWR = min(sendWR, attr.MaxQPWR), min(recvWR, attr.MaxQPWR)
+		c.nrecv = recvWR
+	}
+	if c.cc, err = ctx.NewCompChannel(); err != nil {
+		return nil, err
+	}
+	if err = c.cc.SetNonblock(true); err != nil {
+		return nil, err
+	}
+	if c.cq, err = ctx.NewCQ(sendWR+recvWR, c.cc, 0); err != nil {
+		return nil, err
+	}
+	if c.qp, err = id.CreateQP(pd, rdma.QPAttr{SendCQ: c.cq, RecvCQ: c.cq, SignalAll: true,
+		Cap: rdma.QPCap{MaxSendWR: uint32(sendWR), MaxRecvWR: uint32(recvWR), MaxSendSGE: 2, MaxRecvSGE: 1}}); err != nil {
+		return nil, err
+	}
+	size := (recvWR*recvSlot + extra + 4095) &^ 4095
+	if c.rbuf, err = unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE); err != nil {
+		return nil, fmt.Errorf("rtrs/rdmatr: mmap receive buffers: %w", err)
+	}
+	if c.rmr, err = pd.RegMR(c.rbuf, rdma.AccessLocalWrite); err != nil {
+		return nil, err
+	}
+	if err = c.cq.ReqNotify(false); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// recvSGE returns the SGE of receive slot i.
+func (c *conn) recvSGE(i int) rdma.SGE { return c.rmr.SGE(i*recvSlot, recvSlot) }
+
+// extraOff is where the extra bytes start in rbuf.
+func (c *conn) extraOff() int { return c.nrecv * recvSlot }
+
+// postRecvs posts receives into slots [from, to).
+func (c *conn) postRecvs(from, to int) error {
+	b := rdma.NewRecvBatch(64, 1)
+	defer b.Free()
+	for i := from; i < to; i++ {
+		if err := b.Add(uint64(i), c.recvSGE(i)); err != nil {
+			return err
+		}
+		if b.Len() == b.Cap() {
+			if _, err := b.Post(c.qp); err != nil {
+				return err
+			}
+		}
+	}
+	if b.Len() > 0 {
+		_, err := b.Post(c.qp)
+		return err
+	}
+	return nil
+}
+
+// destroy frees the connection's resources (disconnecting first if asked).
+func (c *conn) destroy(disconnect bool) {
+	if c == nil {
+		return
+	}
+	if c.id != nil {
+		if disconnect {
+			c.id.Disconnect()
+		}
+		c.id.Destroy() // and its QP
+		c.id = nil
+	}
+	if c.rmr != nil {
+		c.rmr.Dereg()
+		c.rmr = nil
+	}
+	if c.rbuf != nil {
+		unix.Munmap(c.rbuf)
+		c.rbuf = nil
+	}
+	if c.cq != nil {
+		c.cq.Destroy()
+		c.cq = nil
+	}
+	if c.cc != nil {
+		c.cc.Close()
+		c.cc = nil
+	}
+}
+
+// drainEvents takes the pending completion events of the connection's
+// channel, acknowledges them and re-arms the CQ; then poll it empty.
+func (c *conn) drainEvents() error {
+	n := 0
+	for {
+		if _, err := c.cc.GetEvent(); err != nil {
+			if !errors.Is(err, unix.EAGAIN) {
+				return err
+			}
+			break
+		}
+		n++
+	}
+	if n > 0 {
+		c.cq.Ack(n)
+	}
+	return c.cq.ReqNotify(false)
+}
+
+// waitFd waits until fd is readable or d passes; it reports readability.
+func waitFd(fd int, d time.Duration) bool {
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	ms := max(int(d/time.Millisecond), 0)
+	n, err := unix.Poll(fds, ms)
+	return err == nil && n > 0
+}
+
+// waitCM waits for the next CM event on ch (non-blocking channel) within d
+// and acknowledges it.
+func waitCM(ch *rdma.EventChannel, d time.Duration) (*rdma.Event, error) {
+	deadline := time.Now().Add(d)
+	for {
+		ev, err := ch.GetEvent()
+		if err == nil {
+			ev.Ack()
+			return ev, nil
+		}
+		if !errors.Is(err, unix.EAGAIN) {
+			return nil, err
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil, fmt.Errorf("rtrs/rdmatr: no CM event within %v: %w", d, unix.ETIMEDOUT)
+		}
+		waitFd(ch.Fd(), min(left, 100*time.Millisecond))
+	}
+}
+
+// expectCM waits for an event of type want on ch.
+func expectCM(ch *rdma.EventChannel, want rdma.EventType, d time.Duration) (*rdma.Event, error) {
+	ev, err := waitCM(ch, d)
+	if err != nil {
+		return nil, err
+	}
+	if ev.Type != want {
+		return ev, fmt.Errorf("rtrs/rdmatr: CM event %v (status %d), want %v: %w", ev.Type, ev.Status, want, unix.ECONNRESET)
+	}
+	return ev, nil
+}
+
+// mmapRegion maps n bytes of anonymous memory (rounded up to pages).
+func mmapRegion(n int) ([]byte, error) {
+	b, err := unix.Mmap(-1, 0, (n+4095)&^4095, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	if err != nil {
+		return nil, fmt.Errorf("rtrs/rdmatr: mmap %d bytes: %w", n, err)
+	}
+	return b[:n], nil
+}
+
+func munmap(b []byte) {
+	if cap(b) > 0 {
+		unix.Munmap(b[:cap(b)])
+	}
+}
+
+// parseAddr parses "ip:port" (port default rtrs.DefaultPort) or "ip".
+func parseAddr(s string, defPort uint16) (netip.AddrPort, error) {
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap, nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("rtrs/rdmatr: address %q: %w", s, err)
+	}
+	return netip.AddrPortFrom(a, defPort), nil
+}

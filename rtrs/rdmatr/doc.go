@@ -1,0 +1,85 @@
+// Package rdmatr carries RTRS over RDMA (rdma CM + verbs, package rdma),
+// wire-compatible with the Linux 6.12 kernel's RTRS 2.0. Its API has the
+// shape of package rtrs/tcp, so that RNBD can sit on either transport:
+// a Client with per-queue ClientQueues (Submit, Done callbacks on the
+// queue's thread, Run with its own io_uring or Attach/HandleCQE/Flush on
+// an external one) and a Server with a ServerHandler and ServerIO.Complete.
+//
+// # Connection setup
+//
+// A client path is cid 0 (service connection) plus one IO connection per
+// queue (cid 1..Queues), each an RC QP with its own completion channel and
+// CQ. The client resolves address and route and connects the cids one
+// after another, with the 56-byte rtrs.ConnReq as private data (cid_num =
+// Queues+1, path and session UUIDs, first_conn always set; the kernel
+// clears it on the very first cid 0 of a path added to a live session,
+// which only matters to a server that lost the session). The server
+// answers with rtrs.ConnRsp (queue_depth, max_io_size = chunk − max_hdr,
+// max_hdr_size, flags 0) in rdma_accept, or rejects with the negative
+// errno in the same structure. When all cids are up the client SENDs
+// INFO_REQ on cid 0 and the server SENDs INFO_RSP with one descriptor
+// covering its whole chunk pool (queue_depth × chunk, mmap'd and registered
+// once per device): with flags 0 the kernel client accepts several chunks
+// per MR, sg_cnt (1) dividing queue_depth.
+//
+// # IO
+//
+// Writes: one RDMA-WRITE-with-IMM into chunk buf_id at offset 0, gathering
+// [Data from the client's registered region] + [user message + RdmaWriteMsg
+// from a registered header area]; imm = IO_REQ(buf_id, D+U). Reads: one
+// RDMA-WRITE-with-IMM of user message + RdmaReadMsg with one descriptor
+// (address, rkey and length of Data in the region, flags 0: no
+// NEED_INVAL, as the client does not register memory per request) to chunk
+// offset D. The server answers a successful read with an RDMA WRITE of the
+// data to the descriptor, then, as every answer, a zero-length
+// RDMA-WRITE-with-IMM carrying IO_RSP(msg_id = buf_id, errno) — exactly
+// what the kernel server posts without always_invalidate. The buffer id is
+// the session permit (rtrs.Permits), shared by all paths, so an in-flight
+// request fails over to another path with the same chunk.
+//
+// The client posts 2·queue_depth receives per IO connection (8-byte
+// slots, room for an RKEY_RSP) and re-posts one per consumed receive; an
+// RKEY_RSP from a kernel server with always_invalidate updates that
+// chunk's rkey for the next request. The server posts queue_depth empty
+// receives per connection (plus the INFO_REQ buffer on cid 0).
+//
+// # Registered memory
+//
+// Request.Data must lie inside the client's Region (ClientConfig.Region,
+// or RegionSize bytes mapped by DialClient, see Client.Region): memory from
+// mmap(2) that never moves, registered with local and remote write access
+// on the device of every path. Submit refuses data outside it with EINVAL.
+// The user message may live anywhere; it is copied into the header area.
+//
+// # Isolation without always_invalidate
+//
+// The server advertises flags 0 (no FlagNewRkey): its chunk pool stays
+// registered for remote write for the life of the session and one rkey
+// serves all chunks of the session on a device. A client can therefore
+// RDMA-write any chunk of its session at any time, including chunks whose
+// request the server is still processing (it can change data the handler
+// is reading or writing), and the client's region likewise stays writable
+// by the server with one rkey per path. Isolation between different client
+// sessions is weaker than it looks: each session has its own pool and
+// memory registration, but all sessions on a device share the server's
+// protection domain, so a client that learns (or guesses) another
+// session's address and rkey can write into that session's chunks. The
+// practical guarantee is only that a well-behaved kernel or urnbd client
+// never touches a chunk it does not hold a permit for. Deploy it where
+// clients are trusted, as with the kernel's always_invalidate=N.
+//
+// # Failures
+//
+// A work completion error or a CM event (DISCONNECTED, ...) on any
+// connection of a path, or missed heartbeats (HB_MSG/HB_ACK zero-length
+// writes-with-imm on cid 0, both ways), fail the path: its requests are
+// re-sent on another path (policy rtrs.Select) or wait, the connections
+// are disconnected and freed once no queue polls them, and the path
+// reconnects after ReconnectDelay, up to MaxReconnectAttempts.
+//
+// # Tests
+//
+// Host tests cover the pure logic. TestLab* need soft-RoCE and run in the
+// qemu lab (tools/lab); they provision rxe themselves and find the
+// repository from their source file, so any working directory works.
+package rdmatr

@@ -1,0 +1,732 @@
+package rdmatr
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/urnbd/urnbd/rdma"
+	"github.com/urnbd/urnbd/rtrs"
+)
+
+// ServerConfig holds the parameters a server advertises in its ConnRsp.
+type ServerConfig struct {
+	// QueueDepth is the number of chunks of every session
+	// (sess_queue_depth); default rtrs.DefaultSessQueueDepth.
+	QueueDepth int
+	// ChunkSize is max_chunk_size, a power of two >= rtrs.MinChunkSize;
+	// default rtrs.DefaultMaxChunkSize.
+	ChunkSize int
+	// MaxHdrSize is the room for user message + RTRS header in a chunk;
+	// default rtrs.DefaultMaxHdrSize. max_io_size = ChunkSize - MaxHdrSize.
+	MaxHdrSize int
+	// Handler serves the IO requests; nil answers every request with -EIO.
+	Handler ServerHandler
+	// HeartbeatInterval and MissedHeartbeats: a path whose service
+	// connection is silent for Interval × (Missed+2) is closed; defaults
+	// rtrs.HBInterval and rtrs.HBMissedMax.
+	HeartbeatInterval time.Duration
+	MissedHeartbeats  int
+	// Logf, if set, receives a line for every path closed and why.
+	Logf func(format string, args ...any)
+}
+
+// ServerHandler serves the IO requests that clients send to a Server.
+type ServerHandler interface {
+	// HandleIO starts request io. The handler completes it with
+	// io.Complete, at once or later from any goroutine; io and its slices
+	// stay valid until then.
+	HandleIO(io *ServerIO)
+}
+
+// ServerIO is one IO request on the server, living in its chunk.
+type ServerIO struct {
+	// Session is the client session's name.
+	Session string
+	// Write is true for a write (data client→server), false for a read.
+	Write bool
+	// Usr is the user (RNBD) message.
+	Usr []byte
+	// Data is the written data of a write, or for a read the buffer to fill
+	// (chunk memory, as long as the client asked for).
+	Data []byte
+	// Local is the server address of the connection the request came on
+	// (which path carried it).
+	Local netip.AddrPort
+
+	sc      *serverConn
+	bufID   uint32
+	desc    rtrs.SGDesc
+	hasDesc bool
+	busy    atomic.Bool
+}
+
+// Server accepts RTRS connections over RDMA CM, groups them into sessions
+// (by paths_uuid) and paths (by sess_uuid), and serves their IO requests
+// with the configured Handler, one goroutine per connection.
+type Server struct {
+	cfg   ServerConfig
+	ch    *rdma.EventChannel
+	lns   []*rdma.CMID
+	quit  chan struct{}
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	sess  map[rtrs.UUID]*serverSession
+	conns map[*rdma.CMID]*serverConn
+	pds   map[string]*rdma.PD
+	done  bool
+}
+
+type serverSession struct {
+	s      *Server
+	name   string
+	uuid   rtrs.UUID
+	chunks []byte              // queue_depth × chunk, mmap'd
+	mrs    map[string]*rdma.MR // the chunk pool registered on each device
+	paths  map[rtrs.UUID]*serverPath
+}
+
+type serverPath struct {
+	sess     *serverSession
+	uuid     rtrs.UUID
+	cidNum   int
+	conns    []*serverConn
+	up       bool // INFO_REQ processed
+	closed   bool
+	ios      []ServerIO // by buf id
+	inflight atomic.Int32
+	hbMissed atomic.Int32
+	stats    *rtrs.ServerPathStats
+}
+
+type serverConn struct {
+	p     *serverPath
+	c     *conn
+	mr    *rdma.MR // chunk pool MR on this connection's device
+	local netip.AddrPort
+	mu    sync.Mutex // guards sb and dead
+	sb    *rdma.SendBatch
+	rb    *rdma.RecvBatch // poll goroutine only
+	dead  bool
+	stop  chan struct{}
+	wg    sync.WaitGroup
+}
+
+// NewServer checks cfg (as the kernel checks its module parameters) and
+// returns a server. Listen adds addresses to listen on.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	if cfg.QueueDepth == 0 {
+		cfg.QueueDepth = rtrs.DefaultSessQueueDepth
+	}
+	if cfg.ChunkSize == 0 {
+		cfg.ChunkSize = rtrs.DefaultMaxChunkSize
+	}
+	if cfg.MaxHdrSize == 0 {
+		cfg.MaxHdrSize = rtrs.DefaultMaxHdrSize
+	}
+	if cfg.HeartbeatInterval == 0 {
+		cfg.HeartbeatInterval = rtrs.HBInterval
+	}
+	if cfg.MissedHeartbeats == 0 {
+		cfg.MissedHeartbeats = rtrs.HBMissedMax
+	}
+	if err := rtrs.CheckServerParams(cfg.QueueDepth, cfg.ChunkSize); err != nil {
+		return nil, err
+	}
+	if cfg.MaxHdrSize >= cfg.ChunkSize {
+		return nil, fmt.Errorf("rtrs/rdmatr: max_hdr_size %d >= chunk size %d: %w", cfg.MaxHdrSize, cfg.ChunkSize, rtrs.ErrOutOfRange)
+	}
+	ch, err := rdma.NewEventChannel()
+	if err != nil {
+		return nil, err
+	}
+	if err := ch.SetNonblock(true); err != nil {
+		ch.Close()
+		return nil, err
+	}
+	s := &Server{cfg: cfg, ch: ch, quit: make(chan struct{}),
+		sess: map[rtrs.UUID]*serverSession{}, conns: map[*rdma.CMID]*serverConn{}, pds: map[string]*rdma.PD{}}
+	s.wg.Add(1)
+	go s.cmLoop()
+	return s, nil
+}
+
+// Config returns the server's configuration with defaults filled in.
+func (s *Server) Config() ServerConfig { return s.cfg }
+
+// Listen starts listening on addr (RDMA CM, TCP port space) and returns
+// the bound address (port 0 picks one).
+func (s *Server) Listen(addr netip.AddrPort) (netip.AddrPort, error) {
+	id, err := s.ch.NewID(rdma.PSTCP)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	if err := id.Bind(addr); err != nil {
+		id.Destroy()
+		return netip.AddrPort{}, err
+	}
+	if err := id.Listen(64); err != nil {
+		id.Destroy()
+		return netip.AddrPort{}, err
+	}
+	s.mu.Lock()
+	s.lns = append(s.lns, id)
+	s.mu.Unlock()
+	return id.LocalAddr(), nil
+}
+
+// Close stops listening, closes every path and frees everything.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.done {
+		s.mu.Unlock()
+		return nil
+	}
+	s.done = true
+	var paths []*serverPath
+	for _, ss := range s.sess {
+		for _, p := range ss.paths {
+			paths = append(paths, p)
+		}
+	}
+	s.mu.Unlock()
+	for _, p := range paths {
+		s.closePath(p)
+	}
+	close(s.quit)
+	s.wg.Wait()
+	for _, l := range s.lns {
+		l.Destroy()
+	}
+	for _, pd := range s.pds {
+		pd.Dealloc()
+	}
+	return s.ch.Close()
+}
+
+func (s *Server) logf(format string, args ...any) {
+	if s.cfg.Logf != nil {
+		s.cfg.Logf("rtrs/rdmatr server: "+format, args...)
+	}
+}
+
+// PathCount returns the number of live paths over all sessions.
+func (s *Server) PathCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, ss := range s.sess {
+		n += len(ss.paths)
+	}
+	return n
+}
+
+// DisconnectPaths closes every path whose connections come in on local
+// address addr (the server's side of the path), as the kernel's
+// per-path "disconnect" file does; clients see the path fail.
+func (s *Server) DisconnectPaths(addr netip.Addr) int {
+	s.mu.Lock()
+	var paths []*serverPath
+	for _, ss := range s.sess {
+		for _, p := range ss.paths {
+			for _, sc := range p.conns {
+				if sc != nil && sc.local.Addr() == addr {
+					paths = append(paths, p)
+					break
+				}
+			}
+		}
+	}
+	s.mu.Unlock()
+	for _, p := range paths {
+		s.closePath(p)
+	}
+	return len(paths)
+}
+
+func (s *Server) cmLoop() {
+	defer s.wg.Done()
+	for {
+		select {
+		case <-s.quit:
+			return
+		default:
+		}
+		ev, err := s.ch.GetEvent()
+		if err != nil {
+			waitFd(s.ch.Fd(), 100*time.Millisecond)
+			continue
+		}
+		ev.Ack()
+		switch ev.Type {
+		case rdma.EventConnectRequest:
+			s.onConnectRequest(ev)
+		case rdma.EventEstablished:
+		default:
+			s.mu.Lock()
+			sc := s.conns[ev.ID]
+			s.mu.Unlock()
+			if sc != nil {
+				s.logf("path %v cid %d: %v (status %d)", sc.local, sc.c.cid, ev.Type, ev.Status)
+				go s.closePath(sc.p)
+			}
+		}
+	}
+}
+
+func (s *Server) reject(id *rdma.CMID, errno syscall.Errno) {
+	rsp := rtrs.ConnRsp{Errno: -int16(errno)}
+	var b [rtrs.ConnRspSize]byte
+	rsp.MarshalTo(b[:])
+	id.Reject(b[:])
+	id.Destroy()
+}
+
+func (s *Server) pdFor(id *rdma.CMID) (*rdma.PD, error) {
+	name := id.DeviceName()
+	if pd := s.pds[name]; pd != nil {
+		return pd, nil
+	}
+	pd, err := id.Context().AllocPD()
+	if err != nil {
+		return nil, err
+	}
+	s.pds[name] = pd
+	return pd, nil
+}
+
+// onConnectRequest applies the checks of RTRS-RNBD-WIRE.md §2.4 and accepts
+// or rejects.
+func (s *Server) onConnectRequest(ev *rdma.Event) {
+	id := ev.ID
+	var req rtrs.ConnReq
+	if err := req.Unmarshal(ev.PrivateData); err != nil || req.CIDNum > rtrs.MaxConnsPerPath || req.CID >= req.CIDNum {
+		s.reject(id, syscall.ECONNRESET)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done {
+		s.reject(id, syscall.ECONNRESET)
+		return
+	}
+	qd, chunk := s.cfg.QueueDepth, s.cfg.ChunkSize
+	ss := s.sess[req.PathsUUID]
+	if ss == nil {
+		if !req.FirstConn {
+			s.reject(id, syscall.ENXIO)
+			return
+		}
+		mem, err := mmapRegion(qd * chunk)
+		if err != nil {
+			s.reject(id, syscall.ENOMEM)
+			return
+		}
+		ss = &serverSession{s: s, uuid: req.PathsUUID, chunks: mem, mrs: map[string]*rdma.MR{}, paths: map[rtrs.UUID]*serverPath{}}
+		s.sess[req.PathsUUID] = ss
+	}
+	p := ss.paths[req.SessUUID]
+	if p == nil {
+		if len(ss.paths) >= rtrs.MaxPathsNum {
+			s.rejectMaybeFree(ss, id, syscall.ECONNRESET)
+			return
+		}
+		p = &serverPath{sess: ss, uuid: req.SessUUID, cidNum: int(req.CIDNum), conns: make([]*serverConn, req.CIDNum),
+			ios: make([]ServerIO, qd), stats: rtrs.NewServerPathStats(0)}
+		ss.paths[req.SessUUID] = p
+	} else if p.up || p.closed || p.cidNum != int(req.CIDNum) || p.conns[req.CID] != nil {
+		s.reject(id, syscall.ECONNRESET)
+		return
+	}
+	sc, err := s.newServerConn(p, id, req.CID)
+	if err != nil {
+		s.reject(id, syscall.ENOMEM)
+		return
+	}
+	p.conns[req.CID] = sc
+	s.conns[id] = sc
+	rsp := rtrs.ConnRsp{QueueDepth: uint16(qd), MaxIOSize: uint32(chunk - s.cfg.MaxHdrSize), MaxHdrSize: uint32(s.cfg.MaxHdrSize)}
+	var b [rtrs.ConnRspSize]byte
+	rsp.MarshalTo(b[:])
+	if err := id.Accept(rdma.ConnParam{PrivateData: b[:], RNRRetryCount: 7}); err != nil {
+		go s.closePath(p)
+		return
+	}
+	sc.wg.Add(1)
+	go sc.pollLoop()
+	if req.CID == 0 {
+		s.wg.Add(1)
+		go s.heartbeat(p)
+	}
+}
+
+func (s *Server) rejectMaybeFree(ss *serverSession, id *rdma.CMID, errno syscall.Errno) {
+	s.reject(id, errno)
+	if len(ss.paths) == 0 {
+		s.freeSession(ss)
+	}
+}
+
+// newServerConn creates the connection's verbs resources, registers the
+// session's chunk pool on its device if not yet, and posts its receives:
+// on cid 0 first the INFO_REQ buffer, then empty-payload slots.
+func (s *Server) newServerConn(p *serverPath, id *rdma.CMID, cid uint16) (*serverConn, error) {
+	pd, err := s.pdFor(id)
+	if err != nil {
+		return nil, err
+	}
+	ss := p.sess
+	mr := ss.mrs[id.DeviceName()]
+	if mr == nil {
+		if mr, err = pd.RegMR(ss.chunks, rdma.AccessLocalWrite|rdma.AccessRemoteWrite); err != nil {
+			return nil, err
+		}
+		ss.mrs[id.DeviceName()] = mr
+	}
+	qd := s.cfg.QueueDepth
+	nrecv := qd + 1
+	if cid == 0 {
+		nrecv = max(qd, rtrs.ServiceConQueueDepth) + 1
+	}
+	extra := rtrs.InfoReqSize + rtrs.InfoRspHdrSize + rtrs.SGDescSize
+	c, err := newConn(id, pd, cid, 3*qd+2, nrecv, extra)
+	if err != nil {
+		return nil, err
+	}
+	sc := &serverConn{p: p, c: c, mr: mr, local: id.LocalAddr(), stop: make(chan struct{}),
+		sb: rdma.NewSendBatch(4, 2), rb: rdma.NewRecvBatch(c.nrecv, 1)}
+	if cid == 0 {
+		// The INFO_REQ lands in the extra area.
+		err := sc.rb.Add(infoRecvID, c.rmr.SGE(c.extraOff(), rtrs.InfoReqSize))
+		if err == nil {
+			_, err = sc.rb.Post(c.qp)
+		}
+		if err != nil {
+			sc.free()
+			return nil, err
+		}
+	}
+	if err := c.postRecvs(0, c.nrecv-1); err != nil {
+		sc.free()
+		return nil, err
+	}
+	return sc, nil
+}
+
+const infoRecvID = 1 << 40
+
+func (sc *serverConn) free() {
+	sc.c.destroy(false)
+	sc.sb.Free()
+	sc.rb.Free()
+}
+
+// closePath disconnects every connection of p, waits for its pollers and
+// in-flight requests, and frees it (and its session if it was the last).
+func (s *Server) closePath(p *serverPath) {
+	s.mu.Lock()
+	if p.closed {
+		s.mu.Unlock()
+		return
+	}
+	p.closed = true
+	conns := append([]*serverConn(nil), p.conns...)
+	s.mu.Unlock()
+	for _, sc := range conns {
+		if sc == nil {
+			continue
+		}
+		sc.mu.Lock()
+		sc.dead = true
+		sc.mu.Unlock()
+		close(sc.stop)
+		sc.c.id.Disconnect()
+	}
+	for _, sc := range conns {
+		if sc != nil {
+			sc.wg.Wait()
+		}
+	}
+	for deadline := time.Now().Add(rtrs.ConnectTimeout); p.inflight.Load() > 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	s.mu.Lock()
+	for _, sc := range conns {
+		if sc != nil {
+			delete(s.conns, sc.c.id)
+			sc.free()
+		}
+	}
+	ss := p.sess
+	delete(ss.paths, p.uuid)
+	if len(ss.paths) == 0 {
+		s.freeSession(ss)
+	}
+	s.mu.Unlock()
+}
+
+func (s *Server) freeSession(ss *serverSession) {
+	for _, mr := range ss.mrs {
+		mr.Dereg()
+	}
+	munmap(ss.chunks)
+	delete(s.sess, ss.uuid)
+}
+
+func (s *Server) heartbeat(p *serverPath) {
+	defer s.wg.Done()
+	t := time.NewTicker(s.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.quit:
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		closed, sc := p.closed, p.conns[0]
+		s.mu.Unlock()
+		if closed || sc == nil {
+			return
+		}
+		switch m := p.hbMissed.Load(); {
+		case int(m) > s.cfg.MissedHeartbeats:
+			s.logf("path %v: %d heartbeats missed", sc.local, m)
+			go s.closePath(p)
+			return
+		case m > 0:
+			p.hbMissed.Add(1)
+		default:
+			p.hbMissed.Store(1)
+			sc.sendImm(rtrs.HeartbeatImm)
+		}
+	}
+}
+
+// sendImm posts a zero-length RDMA-WRITE-with-IMM (heartbeat or answer).
+func (sc *serverConn) sendImm(imm uint32) error {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if sc.dead {
+		return syscall.ENOTCONN
+	}
+	sc.sb.Add(rdma.SendWR{ID: 0, Opcode: rdma.WRWriteWithImm, Flags: rdma.SendSignaled, Imm: imm})
+	_, err := sc.sb.Post(sc.c.qp)
+	return err
+}
+
+func (sc *serverConn) isDead() bool {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	return sc.dead
+}
+
+func (sc *serverConn) pollLoop() {
+	defer sc.wg.Done()
+	wcs := make([]rdma.WC, 32)
+	s := sc.p.sess.s
+	for {
+		select {
+		case <-sc.stop:
+			return
+		default:
+		}
+		if !waitFd(sc.c.cc.Fd(), 100*time.Millisecond) {
+			continue
+		}
+		if err := sc.c.drainEvents(); err != nil {
+			s.logf("path %v cid %d: %v", sc.local, sc.c.cid, err)
+			go s.closePath(sc.p)
+			return
+		}
+		for {
+			n, err := sc.c.cq.Poll(wcs)
+			if err != nil {
+				s.logf("path %v cid %d: %v", sc.local, sc.c.cid, err)
+				go s.closePath(sc.p)
+				return
+			}
+			for i := range wcs[:n] {
+				if w := &wcs[i]; !sc.onWC(w) {
+					if !sc.isDead() {
+						s.logf("path %v cid %d: completion %v status %v imm %#x closes the path", sc.local, sc.c.cid, w.Opcode, w.Status, w.Imm)
+					}
+					go s.closePath(sc.p)
+					return
+				}
+			}
+			if sc.rb.Len() > 0 {
+				if _, err := sc.rb.Post(sc.c.qp); err != nil {
+					go s.closePath(sc.p)
+					return
+				}
+			}
+			if n < len(wcs) {
+				break
+			}
+		}
+	}
+}
+
+// onWC handles one completion; false closes the path.
+func (sc *serverConn) onWC(wc *rdma.WC) bool {
+	if wc.Status != rdma.WCSuccess {
+		return false
+	}
+	switch wc.Opcode {
+	case rdma.WCRecv:
+		if wc.WRID != infoRecvID || sc.c.cid != 0 {
+			return false // a client sends only WRITE-with-IMM on IO paths
+		}
+		return sc.onInfoReq(int(wc.ByteLen))
+	case rdma.WCRecvRDMAWithImm:
+		sc.p.hbMissed.Store(0)
+		sc.rb.Add(wc.WRID, sc.c.recvSGE(int(wc.WRID)))
+		return sc.onImm(wc.Imm)
+	}
+	return true // send completions
+}
+
+func (sc *serverConn) onInfoReq(n int) bool {
+	s := sc.p.sess.s
+	var req rtrs.InfoReq
+	off := sc.c.extraOff()
+	if n < rtrs.InfoReqSize || req.Unmarshal(sc.c.rbuf[off:off+n]) != nil {
+		return false
+	}
+	name := req.NameString()
+	if rtrs.CheckSessName(name) != nil {
+		return false
+	}
+	ss := sc.p.sess
+	s.mu.Lock()
+	for _, o := range s.sess {
+		if o != ss && o.name == name {
+			s.mu.Unlock()
+			return false // -EPERM in the kernel
+		}
+	}
+	ss.name = name
+	sc.p.up = true
+	s.mu.Unlock()
+	// INFO_RSP: one descriptor for the whole pool (flags 0: sg_cnt 1
+	// divides queue_depth).
+	qd, chunk := s.cfg.QueueDepth, s.cfg.ChunkSize
+	rsp := rtrs.InfoRsp{Desc: []rtrs.SGDesc{{Addr: sc.mr.Addr(), Key: sc.mr.RKey(), Len: uint32(qd * chunk)}}}
+	roff := off + rtrs.InfoReqSize
+	k, err := rsp.MarshalTo(sc.c.rbuf[roff:])
+	if err != nil {
+		return false
+	}
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if sc.dead {
+		return false
+	}
+	sc.sb.Add(rdma.SendWR{Opcode: rdma.WRSend, Flags: rdma.SendSignaled}, sc.c.rmr.SGE(roff, k))
+	_, err = sc.sb.Post(sc.c.qp)
+	return err == nil
+}
+
+func (sc *serverConn) onImm(imm uint32) bool {
+	s := sc.p.sess.s
+	switch t, _ := rtrs.SplitImm(imm); t {
+	case rtrs.ImmHBMsg:
+		return sc.sendImm(rtrs.HeartbeatAckImm) == nil
+	case rtrs.ImmHBAck:
+		return true
+	case rtrs.ImmIOReq:
+	default:
+		return false
+	}
+	codec, _ := rtrs.NewImmCodec(s.cfg.QueueDepth, s.cfg.ChunkSize)
+	m, err := codec.Decode(imm)
+	if err != nil || m.Type != rtrs.ImmIOReq {
+		return false
+	}
+	chunk := s.cfg.ChunkSize
+	mem := sc.p.sess.chunks[int(m.BufID)*chunk : (int(m.BufID)+1)*chunk]
+	req, err := rtrs.ParseIOReq(mem, m.Off)
+	if err != nil {
+		if errors.Is(err, rtrs.ErrBadType) {
+			return false
+		}
+		return true // dropped silently, as the kernel does
+	}
+	io := &sc.p.ios[m.BufID]
+	if !io.busy.CompareAndSwap(false, true) {
+		return false // a buffer id reused before its answer
+	}
+	io.sc, io.bufID, io.Session, io.Local = sc, m.BufID, sc.p.sess.name, sc.local
+	io.Write = req.Type == rtrs.MsgWrite
+	io.Usr, io.Data, io.hasDesc = req.Usr, req.Data, false
+	if !io.Write {
+		if req.Descs.Len() > rtrs.ServerMaxReadSGCnt {
+			io.busy.Store(false)
+			return true // dropped, as the kernel does
+		}
+		if req.Descs.Len() == 1 {
+			io.desc, io.hasDesc = req.Descs.At(0), true
+			io.Data = mem[:min(int(io.desc.Len), len(mem))]
+		}
+	}
+	sc.p.inflight.Add(1)
+	bytes := uint64(len(io.Usr) + len(io.Data))
+	if io.Write {
+		sc.p.stats.RecordWrite(0, bytes)
+	} else {
+		sc.p.stats.RecordRead(0, bytes)
+	}
+	if h := s.cfg.Handler; h != nil {
+		h.HandleIO(io)
+	} else {
+		io.Complete(-int(syscall.EIO))
+	}
+	return true
+}
+
+// Complete answers the request: errno is 0 or a negative errno. A
+// successful read RDMA-writes Data to the client's buffer first; the answer
+// is a zero-length RDMA-WRITE-with-IMM carrying IO_RSP(buf id, errno), as
+// the kernel server posts without always_invalidate.
+func (io *ServerIO) Complete(errno int) {
+	sc, p := io.sc, io.sc.p
+	imm, err := rtrs.IORspImm(io.bufID, errno, false)
+	if err != nil {
+		imm, _ = rtrs.IORspImm(io.bufID, -int(syscall.EIO), false)
+	}
+	withData := errno == 0 && !io.Write && io.hasDesc && len(io.Data) > 0
+	var data rdma.SGE
+	var desc rtrs.SGDesc
+	if withData {
+		off := int(uintptr(unsafe.Pointer(&io.Data[0])) - uintptr(unsafe.Pointer(&p.sess.chunks[0])))
+		data, desc = sc.mr.SGE(off, len(io.Data)), io.desc
+	}
+	// Free the slot before answering: once the answer is out, the client
+	// may reuse the buffer id at once, on another connection whose poller
+	// runs concurrently. The chunk itself stays untouched until the client
+	// has the answer, which travels behind the data on this QP.
+	io.busy.Store(false)
+	sc.mu.Lock()
+	if !sc.dead {
+		if withData {
+			sc.sb.Add(rdma.SendWR{Opcode: rdma.WRWrite, RemoteAddr: desc.Addr, RKey: desc.Key}, data)
+		}
+		sc.sb.Add(rdma.SendWR{Opcode: rdma.WRWriteWithImm, Flags: rdma.SendSignaled, Imm: imm})
+		if _, err := sc.sb.Post(sc.c.qp); err != nil {
+			sc.sb.Reset()
+			sc.mu.Unlock()
+			p.sess.s.logf("path %v: posting a response: %v", sc.local, err)
+			go p.sess.s.closePath(p)
+			p.inflight.Add(-1)
+			return
+		}
+	}
+	sc.mu.Unlock()
+	p.inflight.Add(-1)
+}
