@@ -7,32 +7,43 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/urnbd/urnbd/rtrs/rdmatr"
 	"github.com/urnbd/urnbd/rtrs/tcp"
 	"github.com/urnbd/urnbd/ublk"
 )
 
-// Client is an RNBD client session: an RTRS session whose per-CPU queues
-// carry block requests and whose admin queue carries session info, open
-// and close.
+// Client is an RNBD client session: an RTRS session (over TCP or RDMA)
+// whose per-CPU queues carry block requests and whose admin queue carries
+// session info, open and close.
 type Client struct {
-	rc    *tcp.Client
-	admin *tcp.ClientQueue
-	ver   uint8
-	done  chan error
+	t   transport
+	ver uint8
 }
 
-// Dial opens an RNBD session over RTRS/TCP (cfg.AdminQueue is set here)
-// and exchanges session info.
-func Dial(ctx context.Context, cfg tcp.ClientConfig) (*Client, error) {
-	cfg.AdminQueue = true
-	rc, err := tcp.DialClient(ctx, cfg)
+// DialTCP opens an RNBD session over RTRS/TCP and exchanges session info.
+func DialTCP(ctx context.Context, cfg tcp.ClientConfig) (*Client, error) {
+	t, err := dialTCP(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{rc: rc, admin: rc.Admin(), done: make(chan error, 1)}
-	go func() { c.done <- c.admin.Run(nil) }()
-	buf := make([]byte, SessInfoRspSize)
-	if err := c.call(ctx, "SESS_INFO", &SessInfo{Ver: ProtoVerMajor}, false, buf); err != nil {
+	return start(ctx, t)
+}
+
+// DialRDMA opens an RNBD session over RTRS/RDMA and exchanges session
+// info. The session registers the memory its devices' buffers come from
+// (cfg.Region is ignored); it maps at most 4 devices of depth ≤ 128.
+func DialRDMA(ctx context.Context, cfg rdmatr.ClientConfig) (*Client, error) {
+	t, err := dialRDMA(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return start(ctx, t)
+}
+
+func start(ctx context.Context, t transport) (*Client, error) {
+	c := &Client{t: t}
+	buf, err := c.call(ctx, "SESS_INFO", &SessInfo{Ver: ProtoVerMajor}, false, SessInfoRspSize)
+	if err != nil {
 		c.Close()
 		return nil, err
 	}
@@ -45,40 +56,32 @@ func Dial(ctx context.Context, cfg tcp.ClientConfig) (*Client, error) {
 	return c, nil
 }
 
-// RTRS returns the underlying RTRS client (paths, statistics).
-func (c *Client) RTRS() *tcp.Client { return c.rc }
+// Paths describes the session's RTRS paths and their statistics.
+func (c *Client) Paths() []PathStatus { return c.t.paths() }
 
-// Close ends the session; map devices must be unmapped first.
-func (c *Client) Close() error { return c.rc.Close() }
+// Close ends the session; mapped devices must be unmapped first.
+func (c *Client) Close() error { return c.t.close() }
 
 type marshaler interface {
 	Size() int
 	MarshalTo([]byte) (int, error)
 }
 
-// call sends one admin message and waits for its answer; for a read, the
-// answer's data lands in data.
-func (c *Client) call(ctx context.Context, what string, msg marshaler, write bool, data []byte) error {
+// call sends one admin message and waits for its answer; a read returns
+// respLen bytes of answer.
+func (c *Client) call(ctx context.Context, what string, msg marshaler, write bool, respLen int) ([]byte, error) {
 	usr := make([]byte, msg.Size())
 	if _, err := msg.MarshalTo(usr); err != nil {
-		return fmt.Errorf("rnbd %s: %w", what, err)
+		return nil, fmt.Errorf("rnbd %s: %w", what, err)
 	}
-	done := make(chan int, 1)
-	r := &tcp.Request{Write: write, Usr: usr, Data: data, Done: func(_ *tcp.Request, e int) { done <- e }}
-	c.admin.Do(func(q *tcp.ClientQueue) {
-		if err := q.Submit(r); err != nil {
-			done <- -int(syscall.EINVAL)
-		}
-	})
-	select {
-	case e := <-done:
-		if e != 0 {
-			return fmt.Errorf("rnbd %s: server answered %w", what, syscall.Errno(-e))
-		}
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("rnbd %s: %w", what, ctx.Err())
+	e, resp, err := c.t.call(ctx, write, usr, respLen)
+	if err != nil {
+		return nil, fmt.Errorf("rnbd %s: %w", what, err)
 	}
+	if e != 0 {
+		return nil, fmt.Errorf("rnbd %s: server answered %w", what, syscall.Errno(-e))
+	}
+	return resp, nil
 }
 
 // Device is a mapped RNBD device: a ublk device whose requests go to the
@@ -91,6 +94,7 @@ type Device struct {
 	geo    OpenRsp
 	dev    *ublk.Device
 	target *target
+	block  int // the transport's queue block for this device
 }
 
 // MapOptions tune the local device.
@@ -108,8 +112,8 @@ func (c *Client) Map(ctx context.Context, ctrl *ublk.Control, devName string, mo
 	if err := m.SetDevName(devName); err != nil {
 		return nil, fmt.Errorf("rnbd: device path %q: %w", devName, syscall.EINVAL)
 	}
-	buf := make([]byte, OpenRspSize)
-	if err := c.call(ctx, "OPEN "+devName, &m, false, buf); err != nil {
+	buf, err := c.call(ctx, "OPEN "+devName, &m, false, OpenRspSize)
+	if err != nil {
 		return nil, err
 	}
 	d := &Device{c: c, name: devName, mode: mode}
@@ -122,9 +126,18 @@ func (c *Client) Map(ctx context.Context, ctrl *ublk.Control, devName string, mo
 		return nil, fmt.Errorf("rnbd: open response for %s: %w", devName, err)
 	}
 	uopts := d.ublkOptions(opts)
+	if uopts.Depth == 0 {
+		uopts.Depth = ublk.DefaultQueueDepth
+	}
+	d.block, uopts.Buffers, err = c.t.acquire(uopts.Queues * uopts.Depth * uopts.MaxIOBytes)
+	if err != nil {
+		d.close(ctx)
+		return nil, err
+	}
 	d.target = &target{d: d}
 	dev, err := ublk.Create(ctrl, uopts, d.target)
 	if err != nil {
+		c.t.release(d.block)
 		d.close(ctx)
 		return nil, err
 	}
@@ -134,13 +147,13 @@ func (c *Client) Map(ctx context.Context, ctrl *ublk.Control, devName string, mo
 
 func (d *Device) ublkOptions(opts MapOptions) ublk.Options {
 	g := &d.geo
-	maxIO := d.c.rc.Params().MaxIOSize &^ 4095
+	maxIO := d.c.t.maxIOSize() &^ 4095
 	if maxIO > ublk.DefaultMaxIOBytes {
 		maxIO = ublk.DefaultMaxIOBytes
 	}
 	o := ublk.Options{
 		ID:                    opts.ID,
-		Queues:                d.c.rc.Queues(),
+		Queues:                d.c.t.queues(),
 		Depth:                 opts.Depth,
 		MaxIOBytes:            maxIO,
 		Size:                  g.NSectors << 9,
@@ -169,6 +182,7 @@ func (d *Device) ID() uint32 { return d.id }
 // the device on the server.
 func (d *Device) Unmap(ctx context.Context) error {
 	err := d.dev.Delete()
+	d.c.t.release(d.block)
 	if cerr := d.close(ctx); err == nil {
 		err = cerr
 	}
@@ -178,7 +192,7 @@ func (d *Device) Unmap(ctx context.Context) error {
 func (d *Device) close(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	err := d.c.call(ctx, "CLOSE", &Close{DeviceID: d.id}, true, nil)
+	_, err := d.c.call(ctx, "CLOSE", &Close{DeviceID: d.id}, true, 0)
 	if errors.Is(err, syscall.ENOTCONN) {
 		return nil
 	}

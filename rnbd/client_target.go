@@ -3,7 +3,6 @@ package rnbd
 import (
 	"syscall"
 
-	"github.com/urnbd/urnbd/rtrs/tcp"
 	"github.com/urnbd/urnbd/ublk"
 	"github.com/urnbd/urnbd/uring"
 )
@@ -15,22 +14,17 @@ type target struct{ d *Device }
 
 // queue is one ublk queue's half of the target.
 type queue struct {
-	d    *Device
-	uq   *ublk.Queue
-	rq   *tcp.ClientQueue
-	reqs []tcp.Request
-	usr  [][IOSize]byte
-	cqe  uring.CQE
+	d   *Device
+	uq  *ublk.Queue
+	rq  transportQueue
+	buf [][]byte // each tag's data, for the completion's byte count
+	usr [][IOSize]byte
+	cqe uring.CQE
 }
 
 func (t *target) NewQueue(uq *ublk.Queue) (ublk.QueueHandler, error) {
-	q := &queue{d: t.d, uq: uq, rq: t.d.c.rc.Queue(int(uq.ID())),
-		reqs: make([]tcp.Request, uq.Depth()), usr: make([][IOSize]byte, uq.Depth())}
-	for i := range q.reqs {
-		q.reqs[i].Tag = uint64(i)
-		q.reqs[i].Done = q.done
-	}
-	q.rq.Attach(uq.Ring(), ublk.TargetUserData(0))
+	q := &queue{d: t.d, uq: uq, buf: make([][]byte, uq.Depth()), usr: make([][IOSize]byte, uq.Depth())}
+	q.rq = t.d.c.t.queue(t.d.block, int(uq.ID()), uq.Ring(), ublk.TargetUserData(0), uq.Depth(), q.done)
 	return q, nil
 }
 
@@ -76,25 +70,24 @@ func (q *queue) Handle(tag uint16, req *ublk.Request) {
 		q.uq.Complete(tag, -int32(syscall.EINVAL))
 		return
 	}
-	r := &q.reqs[tag]
-	r.Write, r.Usr, r.Data = !op.RTRSRead(), usr, req.Buf
-	if err := q.rq.Submit(r); err != nil {
+	q.buf[tag] = req.Buf
+	if err := q.rq.submit(tag, !op.RTRSRead(), usr, req.Buf); err != nil {
 		q.uq.Complete(tag, -int32(syscall.EINVAL))
 	}
 }
 
-func (q *queue) done(r *tcp.Request, errno int) {
+func (q *queue) done(tag uint16, errno int) {
 	res := int32(errno)
 	if errno == 0 {
-		res = int32(len(r.Data))
+		res = int32(len(q.buf[tag]))
 	}
-	q.uq.Complete(uint16(r.Tag), res)
+	q.uq.Complete(tag, res)
 }
 
 func (q *queue) OnCompletion(ud uint64, res int32, flags uint32) {
 	q.cqe = uring.CQE{UserData: ud, Res: res, Flags: flags}
-	q.rq.HandleCQE(&q.cqe)
+	q.rq.handleCQE(&q.cqe)
 }
 
-func (q *queue) Flush()       { q.rq.Flush() }
+func (q *queue) Flush()       { q.rq.flush() }
 func (q *queue) Close() error { return nil }

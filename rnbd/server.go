@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/urnbd/urnbd/rtrs/rdmatr"
 	"github.com/urnbd/urnbd/rtrs/tcp"
 )
 
@@ -82,25 +83,48 @@ func (s *Server) logf(format string, args ...any) {
 	}
 }
 
+// request is one RTRS request as the server sees it, whatever the
+// transport.
+type request struct {
+	Session string
+	Write   bool
+	Usr     []byte
+	Data    []byte
+}
+
 // HandleIO implements tcp.ServerHandler: one RNBD message per RTRS request.
 func (s *Server) HandleIO(io *tcp.ServerIO) {
+	r := request{io.Session, io.Write, io.Usr, io.Data}
+	io.Complete(s.handle(&r))
+}
+
+// RDMA returns the server as the handler of an RTRS server over RDMA.
+func (s *Server) RDMA() rdmatr.ServerHandler { return rdmaHandler{s} }
+
+type rdmaHandler struct{ s *Server }
+
+func (h rdmaHandler) HandleIO(io *rdmatr.ServerIO) {
+	r := request{io.Session, io.Write, io.Usr, io.Data}
+	io.Complete(h.s.handle(&r))
+}
+
+// handle serves one RNBD message and returns 0 or -errno.
+func (s *Server) handle(io *request) int {
 	t, err := PeekType(io.Usr)
 	if err != nil {
-		io.Complete(-int(syscall.EINVAL))
-		return
+		return -int(syscall.EINVAL)
 	}
 	switch t {
 	case MsgIO:
-		io.Complete(s.handleIO(io))
+		return s.handleIO(io)
 	case MsgSessInfo:
-		io.Complete(s.sessInfo(io))
+		return s.sessInfo(io)
 	case MsgOpen:
-		io.Complete(s.open(io))
+		return s.open(io)
 	case MsgClose:
-		io.Complete(s.close(io))
-	default:
-		io.Complete(-int(syscall.EINVAL))
+		return s.close(io)
 	}
+	return -int(syscall.EINVAL)
 }
 
 // session returns the named session, creating it; s.mu is held.
@@ -113,7 +137,7 @@ func (s *Server) session(name string) *serverSession {
 	return sess
 }
 
-func (s *Server) sessInfo(io *tcp.ServerIO) int {
+func (s *Server) sessInfo(io *request) int {
 	var m SessInfo
 	if err := m.Unmarshal(io.Usr); err != nil {
 		return -int(syscall.EINVAL)
@@ -137,7 +161,7 @@ func errnoOf(err error) int {
 	return -int(syscall.EIO)
 }
 
-func (s *Server) open(io *tcp.ServerIO) int {
+func (s *Server) open(io *request) int {
 	var m Open
 	if err := m.Unmarshal(io.Usr); err != nil {
 		return -int(syscall.EINVAL)
@@ -213,7 +237,7 @@ func (s *Server) open(io *tcp.ServerIO) int {
 	return 0
 }
 
-func (s *Server) close(io *tcp.ServerIO) int {
+func (s *Server) close(io *request) int {
 	var m Close
 	if err := m.Unmarshal(io.Usr); err != nil {
 		return -int(syscall.EINVAL)
@@ -251,7 +275,7 @@ func (s *Server) close(io *tcp.ServerIO) int {
 
 // handleIO serves a block request. The device table is read under the lock;
 // the I/O itself runs without it.
-func (s *Server) handleIO(io *tcp.ServerIO) int {
+func (s *Server) handleIO(io *request) int {
 	var m IO
 	if err := m.Unmarshal(io.Usr); err != nil {
 		return -int(syscall.EINVAL)

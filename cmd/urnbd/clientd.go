@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/urnbd/urnbd/rnbd"
 	"github.com/urnbd/urnbd/rtrs"
+	"github.com/urnbd/urnbd/rtrs/rdmatr"
 	"github.com/urnbd/urnbd/rtrs/tcp"
 	"github.com/urnbd/urnbd/ublk"
 )
@@ -48,6 +50,7 @@ type clientReply struct {
 	Errno   int         `json:"errno,omitempty"`
 	Device  string      `json:"device,omitempty"`
 	Devices []listEntry `json:"devices,omitempty"`
+	Text    string      `json:"text,omitempty"`
 }
 
 type listEntry struct {
@@ -120,9 +123,6 @@ func startClientDaemon() error {
 func mapDevice(c *cli.Context, spec *mapSpec) error {
 	if spec.Transport == "" {
 		spec.Transport = c.String("transport")
-	}
-	if spec.Transport != "tcp" {
-		return fmt.Errorf("map: transport %s is not available in this version (use transport=tcp): %w", spec.Transport, unix.EPROTONOSUPPORT)
 	}
 	rep, err := ask(&clientRequest{Op: "map", Spec: spec, Queues: c.Int("queues"), Depth: c.Int("depth")}, true)
 	if err != nil {
@@ -258,6 +258,8 @@ func (d *clientDaemon) serve(conn net.Conn) {
 		err = d.unmapDev(req.Device, req.Force)
 	case "list":
 		rep.Devices = d.list()
+	case "stats":
+		rep.Text = d.stats(req.Force)
 	default:
 		err = fmt.Errorf("unknown request %q: %w", req.Op, unix.EINVAL)
 	}
@@ -291,11 +293,22 @@ func (d *clientDaemon) mapDev(req *clientRequest) (string, error) {
 	defer cancel()
 	sess := d.sessions[spec.SessName]
 	if sess == nil {
-		cfg := tcp.ClientConfig{SessName: spec.SessName, Queues: req.Queues, Policy: rtrs.MinInflight, MaxReconnectAttempts: -1}
-		for _, p := range spec.Paths {
-			cfg.Paths = append(cfg.Paths, tcp.PathAddr{Src: p.Src, Dst: net.JoinHostPort(p.Dst, strconv.Itoa(p.Port))})
+		var client *rnbd.Client
+		var err error
+		switch spec.Transport {
+		case "rdma":
+			cfg := rdmatr.ClientConfig{SessName: spec.SessName, Queues: req.Queues, Policy: rtrs.MinInflight, MaxReconnectAttempts: -1}
+			for _, p := range spec.Paths {
+				cfg.Paths = append(cfg.Paths, rdmatr.PathAddr{Src: p.Src, Dst: net.JoinHostPort(p.Dst, strconv.Itoa(p.Port))})
+			}
+			client, err = rnbd.DialRDMA(ctx, cfg)
+		default:
+			cfg := tcp.ClientConfig{SessName: spec.SessName, Queues: req.Queues, Policy: rtrs.MinInflight, MaxReconnectAttempts: -1}
+			for _, p := range spec.Paths {
+				cfg.Paths = append(cfg.Paths, tcp.PathAddr{Src: p.Src, Dst: net.JoinHostPort(p.Dst, strconv.Itoa(p.Port))})
+			}
+			client, err = rnbd.DialTCP(ctx, cfg)
 		}
-		client, err := rnbd.Dial(ctx, cfg)
 		if err != nil {
 			return "", fmt.Errorf("map: session %s to %v: %w", spec.SessName, spec.Paths, err)
 		}
@@ -352,8 +365,8 @@ func (d *clientDaemon) list() []listEntry {
 		if info, err := d.ctrl.DevInfo(id); err == nil && info.State != ublk.StateLive {
 			e.State = "closed"
 		}
-		for _, p := range dd.sess.client.RTRS().Paths() {
-			e.Paths = append(e.Paths, p.Addr.String()+" ("+p.State+")")
+		for _, p := range dd.sess.client.Paths() {
+			e.Paths = append(e.Paths, p.Addr+" ("+p.State+")")
 		}
 		out = append(out, e)
 	}
@@ -369,5 +382,54 @@ func (d *clientDaemon) shutdown() {
 	d.mu.Unlock()
 	for _, id := range ids {
 		d.unmapDev(id, true)
+	}
+}
+
+// stats renders every path's statistics as the kernel's sysfs files would
+// read (/sys/class/rtrs-client/SESS/paths/PATH/stats/FILE); reset clears
+// them first, as writing 1 to reset_all does.
+func (d *clientDaemon) stats(reset bool) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var b []byte
+	for name, sess := range d.sessions {
+		for _, p := range sess.client.Paths() {
+			if reset {
+				p.Stats.ResetAll()
+			}
+			b = fmt.Appendf(b, "session %s path %s (%s)\n", name, p.Addr, p.State)
+			for _, f := range p.Stats.StatFiles() {
+				text := f.Append(nil)
+				if bytes.Count(text, []byte("\n")) > 1 {
+					b = fmt.Appendf(b, "  %s:\n", f.Name)
+					for _, l := range bytes.Split(bytes.TrimRight(text, "\n"), []byte("\n")) {
+						b = fmt.Appendf(b, "    %s\n", l)
+					}
+				} else {
+					b = fmt.Appendf(b, "  %-20s %s", f.Name+":", text)
+				}
+			}
+		}
+	}
+	return string(b)
+}
+
+func statsCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "stats",
+		Usage: "print the RTRS statistics of every path, in the kernel's formats",
+		Flags: []cli.Flag{&cli.BoolFlag{Name: "reset", Usage: "reset them (as echo 1 > reset_all)"}},
+		Action: func(c *cli.Context) error {
+			rep, err := ask(&clientRequest{Op: "stats", Force: c.Bool("reset")}, false)
+			if err != nil {
+				var re *reportedError
+				if !errors.As(err, &re) {
+					return fmt.Errorf("stats: no mapped device (no client daemon): %w", unix.ENOENT)
+				}
+				return err
+			}
+			fmt.Print(rep.Text)
+			return nil
+		},
 	}
 }

@@ -114,6 +114,15 @@ func TestLabCLIMapOverTCP(t *testing.T) {
 		t.Fatalf("fio verify on %s: %v, %d errors\n%s", dev, err, res.Errors(), stderr)
 	}
 
+	st := c.must("stats")
+	for _, want := range []string{"session lab path", "rdma:", "reconnects:", "cpu_migration_from:", "rdma_lat:"} {
+		if !strings.Contains(st, want) {
+			t.Errorf("stats lacks %q:\n%s", want, st)
+		}
+	}
+	if strings.Contains(st, "rdma:                0 0 0 0") {
+		t.Errorf("stats count no I/O after fio:\n%s", st)
+	}
 	// A device held open cannot be unmapped normally.
 	f, err := os.Open(dev)
 	if err != nil {

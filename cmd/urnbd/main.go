@@ -22,6 +22,7 @@ func main() {
 			mapCommand(),
 			unmapCommand(),
 			listCommand(),
+			statsCommand(),
 			clientCommand(),
 			ublkCommand(),
 		},

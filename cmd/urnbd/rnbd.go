@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/urnbd/urnbd/rnbd"
 	"github.com/urnbd/urnbd/rtrs"
+	"github.com/urnbd/urnbd/rtrs/rdmatr"
 	"github.com/urnbd/urnbd/rtrs/tcp"
 	"github.com/urnbd/urnbd/ublk"
 )
@@ -26,7 +28,7 @@ func serverCommand() *cli.Command {
 			"Clients name devices relative to the search path; %SESSNAME% in it is replaced by the\n" +
 			"client's session name. '..' and symbolic links that leave the search path are refused.",
 		Flags: []cli.Flag{
-			&cli.StringSliceFlag{Name: "listen", Value: cli.NewStringSlice("tcp://0.0.0.0:1234"), Usage: "`URL` to listen on: tcp://ADDR:PORT (rdma:// is not available yet)"},
+			&cli.StringSliceFlag{Name: "listen", Value: cli.NewStringSlice("tcp://0.0.0.0:1234"), Usage: "`URL` to listen on: rdma://IP:PORT (RDMA CM; the kernel's rnbd uses port 1234) or tcp://ADDR:PORT; repeatable"},
 			&cli.StringFlag{Name: "dev-search-path", Value: "/", Usage: "folder the exported device paths are relative to"},
 			&cli.IntFlag{Name: "queue-depth", Value: rtrs.DefaultSessQueueDepth, Usage: "chunks per session (sess_queue_depth)"},
 			&cli.StringFlag{Name: "max-chunk-size", Value: "128K", Usage: "chunk `SIZE` (max_chunk_size, a power of two); max I/O is 4K less"},
@@ -52,16 +54,37 @@ func runServer(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("server parameters: %w", err)
 	}
+	var rdmaSrv *rdmatr.Server
+	defer func() {
+		if rdmaSrv != nil {
+			rdmaSrv.Close()
+		}
+	}()
 	errs := make(chan error, 1)
 	for _, u := range c.StringSlice("listen") {
 		scheme, addr, ok := strings.Cut(u, "://")
 		if !ok {
-			return fmt.Errorf("listen %q: want tcp://ADDR:PORT: %w", u, unix.EINVAL)
+			return fmt.Errorf("listen %q: want tcp://ADDR:PORT or rdma://ADDR:PORT: %w", u, unix.EINVAL)
 		}
 		switch scheme {
 		case "tcp":
 		case "rdma":
-			return fmt.Errorf("listen %q: the RDMA transport is not available in this version: %w", u, unix.EPROTONOSUPPORT)
+			ap, err := netip.ParseAddrPort(addr)
+			if err != nil {
+				return fmt.Errorf("listen %q: want rdma://IP:PORT: %w", u, unix.EINVAL)
+			}
+			if rdmaSrv == nil {
+				rdmaSrv, err = rdmatr.NewServer(rdmatr.ServerConfig{QueueDepth: c.Int("queue-depth"), ChunkSize: int(chunk), Handler: srv.RDMA()})
+				if err != nil {
+					return fmt.Errorf("server parameters: %w", err)
+				}
+			}
+			got, err := rdmaSrv.Listen(ap)
+			if err != nil {
+				return fmt.Errorf("listen %s: %w", u, err)
+			}
+			log.Printf("urnbd server: listening on rdma://%s, exporting %s", got, search)
+			continue
 		default:
 			return fmt.Errorf("listen %q: unknown transport %q: %w", u, scheme, unix.EINVAL)
 		}
@@ -87,7 +110,7 @@ func runServer(c *cli.Context) error {
 var mapFlags = []cli.Flag{
 	&cli.IntFlag{Name: "queues", Usage: "queues (RTRS connections per path); 0 = one per CPU"},
 	&cli.IntFlag{Name: "depth", Value: ublk.DefaultQueueDepth, Usage: "requests in flight per queue"},
-	&cli.StringFlag{Name: "transport", Value: "tcp", Usage: "tcp (rdma is not available in this version)"},
+	&cli.StringFlag{Name: "transport", Value: "tcp", Usage: "rdma or tcp (also transport= in the map string)"},
 }
 
 func mapCommand() *cli.Command {

@@ -38,7 +38,7 @@ func rnbdOverTCP(t *testing.T, dir string) *rnbd.Client {
 	t.Cleanup(func() { rs.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := rnbd.Dial(ctx, tcp.ClientConfig{SessName: "e2e", Paths: []tcp.PathAddr{{Dst: ln.Addr().String()}},
+	c, err := rnbd.DialTCP(ctx, tcp.ClientConfig{SessName: "e2e", Paths: []tcp.PathAddr{{Dst: ln.Addr().String()}},
 		Queues: 2, Policy: rtrs.MinInflight, MaxReconnectAttempts: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -124,5 +124,38 @@ func TestLabRNBDOverTCP(t *testing.T) {
 	unmapped = true
 	if _, err := os.Stat(dev); !os.IsNotExist(err) {
 		t.Errorf("%s still exists after unmap", dev)
+	}
+
+	// Two devices of one session at once, then one again after the
+	// other's unmap (its RTRS queues are attached to a new device's rings).
+	os.WriteFile(filepath.Join(dir, "second.img"), nil, 0o600)
+	os.Truncate(filepath.Join(dir, "second.img"), 128<<20)
+	d1, err := c.Map(ctx, ctrl, "disk.img", rnbd.AccessRW, rnbd.MapOptions{ID: -1, Depth: 32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d2, err := c.Map(ctx, ctrl, "second.img", rnbd.AccessRW, rnbd.MapOptions{ID: -1, Depth: 32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dd := range []*rnbd.Device{d1, d2} {
+		p := ublk.BlockPath(dd.UblkDevice().ID())
+		if res, stderr, err := labtest.Fio(t, labtest.VerifyArgs(p, "32M")...); err != nil || res.Errors() != 0 {
+			t.Errorf("fio verify on %s with two devices mapped: %v\n%s", p, err, stderr)
+		}
+	}
+	if err := d1.Unmap(ctx); err != nil {
+		t.Error(err)
+	}
+	d3, err := c.Map(ctx, ctrl, "disk.img", rnbd.AccessRW, rnbd.MapOptions{ID: -1, Depth: 32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dd := range []*rnbd.Device{d2, d3} {
+		p := ublk.BlockPath(dd.UblkDevice().ID())
+		if res, stderr, err := labtest.Fio(t, labtest.VerifyArgs(p, "32M")...); err != nil || res.Errors() != 0 {
+			t.Errorf("fio verify on %s after a remap: %v\n%s", p, err, stderr)
+		}
+		dd.Unmap(ctx)
 	}
 }

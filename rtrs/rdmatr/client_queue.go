@@ -220,10 +220,24 @@ func (q *ClientQueue) busy() bool {
 // base|(kind<<56)|slot and the loop hands their completions to HandleCQE
 // (see Owns) and calls Flush after each batch. base must leave bits 56..59
 // and the low 32 bits clear.
+//
+// A queue may be attached again, to another ring, once the ring it was
+// attached to is gone (its entries died with it): the completion channels
+// of its connections are polled in the new ring.
 func (q *ClientQueue) Attach(ring *uring.Ring, base uint64) {
 	q.ring, q.udBase = ring, base
-	q.started.Store(true)
 	q.armWake()
+	for _, qc := range q.slots {
+		if qc == nil || !qc.pollOn {
+			continue
+		}
+		qc.pollOn = false
+		if qc.dead {
+			q.reap(qc)
+			continue
+		}
+		q.armPoll(qc)
+	}
 }
 
 // Owns reports whether a completion with user data ud belongs to the queue.

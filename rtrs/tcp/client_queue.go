@@ -144,9 +144,28 @@ func (q *ClientQueue) Run(start func(q *ClientQueue)) error {
 // thread's event loop: the queue submits entries with user data
 // base|(kind<<56)|slot and the loop hands their completions to HandleCQE.
 // base must leave bits 56..59 and the low 32 bits clear.
+//
+// A queue may be attached again, to another ring, once the ring it was
+// attached to is gone (the entries in it died with it): its connections'
+// reads are armed in the new ring.
 func (q *ClientQueue) Attach(ring *uring.Ring, base uint64) {
 	q.ring, q.udBase = ring, base
 	q.armWake()
+	for _, qc := range q.slots {
+		if qc == nil {
+			continue
+		}
+		qc.recvOn, qc.pollOn = false, false
+		if qc.dead {
+			q.reap(qc)
+			continue
+		}
+		q.armRecv(qc)
+		if qc.sendq.head != nil && !qc.dirty {
+			qc.dirty = true
+			q.dirty = append(q.dirty, qc)
+		}
+	}
 }
 
 // Owns reports whether a completion with user data ud belongs to the queue.

@@ -1,0 +1,82 @@
+package rnbd
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"syscall"
+
+	"github.com/urnbd/urnbd/rtrs"
+	"github.com/urnbd/urnbd/uring"
+)
+
+// transport is what the RNBD client needs of an RTRS client session; one
+// implementation per RTRS transport (TCP, RDMA).
+type transport interface {
+	// queues is the number of per-CPU queues for block requests.
+	queues() int
+	// maxIOSize is the session's max_io_size.
+	maxIOSize() int
+	// call sends an admin message and waits; a read (respLen > 0) returns
+	// the answer's bytes. errno is the server's answer (0 or negative).
+	call(ctx context.Context, write bool, usr []byte, respLen int) (errno int, resp []byte, err error)
+	// acquire reserves a block of per-CPU queues for one mapped device
+	// (each RTRS queue serves one ublk queue, on its thread), and the
+	// memory its tag buffers must come from (registered, for RDMA; nil
+	// means any memory).
+	acquire(bufBytes int) (block int, bufs []byte, err error)
+	// release returns what acquire reserved.
+	release(block int)
+	// queue binds queue i of a block to a ublk queue's ring: block
+	// requests go out on it and their completions come back through it.
+	queue(block, i int, ring *uring.Ring, base uint64, depth int, done func(tag uint16, errno int)) transportQueue
+	// paths describes the session's paths.
+	paths() []PathStatus
+	close() error
+}
+
+// transportQueue is one per-CPU queue of a transport, attached to a ublk
+// queue's io_uring.
+type transportQueue interface {
+	submit(tag uint16, write bool, usr, data []byte) error
+	handleCQE(cqe *uring.CQE)
+	flush()
+}
+
+// PathStatus describes one RTRS path of a session.
+type PathStatus struct {
+	Addr  string
+	State string
+	Stats *rtrs.ClientPathStats
+}
+
+func numCPU() int { return runtime.NumCPU() }
+
+// maxDevices is how many devices one session maps at a time: each has a
+// block of per-CPU RTRS queues of its own.
+const maxDevices = 4
+
+// blocks hands out queue blocks.
+type blocks struct {
+	mu   sync.Mutex
+	used [maxDevices]bool
+}
+
+func (b *blocks) get() (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i := range b.used {
+		if !b.used[i] {
+			b.used[i] = true
+			return i, nil
+		}
+	}
+	return 0, fmt.Errorf("rnbd: a session maps at most %d devices at a time: %w", maxDevices, syscall.ENOSPC)
+}
+
+func (b *blocks) put(i int) {
+	b.mu.Lock()
+	b.used[i] = false
+	b.mu.Unlock()
+}

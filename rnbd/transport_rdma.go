@@ -1,0 +1,126 @@
+package rnbd
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"syscall"
+
+	"github.com/urnbd/urnbd/rtrs/rdmatr"
+	"github.com/urnbd/urnbd/uring"
+)
+
+// RDMA sessions register one memory region for everything their requests
+// carry: the tag buffers of up to maxDevices mapped devices (each with up
+// to rdmaMaxDepth tags of up to rdmaMaxTagBytes per queue) and a page for
+// admin answers.
+const (
+	rdmaMaxDepth    = 128
+	rdmaMaxTagBytes = 128 << 10
+	rdmaAdminBytes  = 4096
+)
+
+// rdmaTransport carries RNBD over RTRS/RDMA. Its last queue is the admin
+// queue, run on a goroutine of its own.
+type rdmaTransport struct {
+	c    *rdmatr.Client
+	n    int // queues per device
+	slot int // bytes of tag buffers per device
+	blocks
+	admin  sync.Mutex
+	adminQ *rdmatr.ClientQueue
+}
+
+func dialRDMA(ctx context.Context, cfg rdmatr.ClientConfig) (*rdmaTransport, error) {
+	n := cfg.Queues
+	if n <= 0 {
+		n = numCPU()
+	}
+	cfg.Queues = n*maxDevices + 1
+	slot := n * rdmaMaxDepth * rdmaMaxTagBytes
+	cfg.Region, cfg.RegionSize = nil, rdmaAdminBytes+maxDevices*slot
+	c, err := rdmatr.DialClient(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	t := &rdmaTransport{c: c, n: n, slot: slot, adminQ: c.Queue(n * maxDevices)}
+	go t.adminQ.Run(nil)
+	return t, nil
+}
+
+func (t *rdmaTransport) queues() int    { return t.n }
+func (t *rdmaTransport) maxIOSize() int { return t.c.Params().MaxIOSize }
+func (t *rdmaTransport) close() error   { return t.c.Close() }
+
+func (t *rdmaTransport) call(ctx context.Context, write bool, usr []byte, respLen int) (int, []byte, error) {
+	if respLen > rdmaAdminBytes {
+		return 0, nil, fmt.Errorf("rnbd: admin answer of %d bytes: %w", respLen, syscall.EINVAL)
+	}
+	t.admin.Lock()
+	defer t.admin.Unlock()
+	var data []byte
+	if respLen > 0 {
+		data = t.c.Region()[:respLen]
+	}
+	done := make(chan int, 1)
+	r := &rdmatr.Request{Write: write, Usr: usr, Data: data, Done: func(_ *rdmatr.Request, e int) { done <- e }}
+	t.adminQ.Do(func(q *rdmatr.ClientQueue) {
+		if err := q.Submit(r); err != nil {
+			done <- -int(syscall.EINVAL)
+		}
+	})
+	select {
+	case e := <-done:
+		return e, append([]byte(nil), data...), nil
+	case <-ctx.Done():
+		return 0, nil, ctx.Err()
+	}
+}
+
+func (t *rdmaTransport) acquire(size int) (int, []byte, error) {
+	if size > t.slot {
+		return 0, nil, fmt.Errorf("rnbd: %d bytes of tag buffers, an RDMA session holds %d per device (depth at most %d): %w", size, t.slot, rdmaMaxDepth, syscall.ENOMEM)
+	}
+	b, err := t.get()
+	if err != nil {
+		return 0, nil, err
+	}
+	off := rdmaAdminBytes + b*t.slot
+	return b, t.c.Region()[off : off+t.slot : off+t.slot], nil
+}
+
+func (t *rdmaTransport) release(block int) { t.put(block) }
+
+func (t *rdmaTransport) paths() []PathStatus {
+	var out []PathStatus
+	for _, p := range t.c.Paths() {
+		out = append(out, PathStatus{Addr: p.Addr.String(), State: p.State, Stats: p.Stats})
+	}
+	return out
+}
+
+type rdmaQueue struct {
+	q    *rdmatr.ClientQueue
+	reqs []rdmatr.Request
+	done func(tag uint16, errno int)
+}
+
+func (t *rdmaTransport) queue(block, i int, ring *uring.Ring, base uint64, depth int, done func(uint16, int)) transportQueue {
+	rq := &rdmaQueue{q: t.c.Queue(block*t.n + i), reqs: make([]rdmatr.Request, depth), done: done}
+	for j := range rq.reqs {
+		rq.reqs[j].Tag = uint64(j)
+		rq.reqs[j].Done = rq.onDone
+	}
+	rq.q.Attach(ring, base)
+	return rq
+}
+
+func (rq *rdmaQueue) submit(tag uint16, write bool, usr, data []byte) error {
+	r := &rq.reqs[tag]
+	r.Write, r.Usr, r.Data = write, usr, data
+	return rq.q.Submit(r)
+}
+
+func (rq *rdmaQueue) onDone(r *rdmatr.Request, errno int) { rq.done(uint16(r.Tag), errno) }
+func (rq *rdmaQueue) handleCQE(cqe *uring.CQE)            { rq.q.HandleCQE(cqe) }
+func (rq *rdmaQueue) flush()                              { rq.q.Flush() }
