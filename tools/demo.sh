@@ -2,8 +2,8 @@
 # The lab demo (README's first command), as root on Debian 12: installs what
 # it needs, builds urnbd, boots the lab kernel under qemu and, inside:
 #   1. soft-RoCE on two paths (two veth pairs, an rxe on each end);
-#   2. urnbd server exporting a file, urnbd map over both paths (RTRS over
-#      TCP across the veth pairs), fio verify, urnbd list and urnbd stats;
+#   2. urnbd server exporting a file, urnbd map over both soft-RoCE paths
+#      (RTRS over RDMA), fio verify, urnbd list and urnbd stats;
 #   3. the kernel's RNBD (our interoperability peer) mapping a null_blk over
 #      both soft-RoCE paths: fio, and the RTRS statistics of each path;
 # then shuts the VM down. Output of the run also lands in .cache/lab/out/.

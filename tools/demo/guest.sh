@@ -11,18 +11,21 @@ hr "soft-RoCE: two paths"
 LAB_ARGS_NULL_BLK="nr_devices=1 gb=4" "$prov" modules >/dev/null
 "$prov" rdma
 
-hr "urnbd: server exporting a file, client mapping it over both paths (RTRS over TCP)"
+hr "urnbd: server exporting a file, client mapping it over both soft-RoCE paths (RTRS over RDMA)"
 mkdir -p /tmp/exports && truncate -s 1G /tmp/exports/disk.img
-"$urnbd" server --listen tcp://0.0.0.0:1235 --dev-search-path /tmp/exports 2>/tmp/urnbd-server.log &
+"$urnbd" server --listen rdma://192.0.2.2:1235 --listen rdma://198.51.100.2:1235 \
+  --dev-search-path /tmp/exports 2>/tmp/urnbd-server.log &
 srv=$!
-for _ in $(seq 100); do (echo >/dev/tcp/192.0.2.2/1235) 2>/dev/null && break; sleep 0.1; done
+sleep 1
 tx0=$(cat /sys/class/net/veth0/statistics/tx_packets)
-dev=$("$urnbd" map sessname=demo dest_port=1235 path=ip:192.0.2.1@ip:192.0.2.2 path=ip:198.51.100.1@ip:198.51.100.2 device_path=disk.img)
+tx2=$(cat /sys/class/net/veth2/statistics/tx_packets)
+dev=$("$urnbd" map sessname=demo transport=rdma dest_port=1235 \
+  path=ip:192.0.2.1@ip:192.0.2.2 path=ip:198.51.100.1@ip:198.51.100.2 device_path=disk.img)
 echo "mapped $dev: $(($(cat /sys/block/${dev#/dev/}/size) / 2048)) MiB"
 fio --name=demo --filename="$dev" --ioengine=io_uring --direct=1 --rw=randrw --bs=4k \
     --iodepth=32 --numjobs=2 --size=128M --offset_increment=128M --runtime=5 --time_based \
     --verify=crc32c --verify_state_save=0 --group_reporting | grep -E 'IOPS|err=|verify' || true
-echo "veth0 carried $(($(cat /sys/class/net/veth0/statistics/tx_packets) - tx0)) packets"
+echo "packets sent: veth0 $(($(cat /sys/class/net/veth0/statistics/tx_packets) - tx0)), veth2 $(($(cat /sys/class/net/veth2/statistics/tx_packets) - tx2))"
 "$urnbd" list
 "$urnbd" stats | grep -E 'session|rdma:|reconnects:|cpu_migration_from:'
 "$urnbd" unmap "$dev"
