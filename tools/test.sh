@@ -57,6 +57,7 @@ lab_build() {
   mkdir -p .cache/lab/bin
   rm -f .cache/lab/bin/*.test .cache/lab/bin/tests.txt
   go build -o .cache/lab/bin/urnbd ./cmd/urnbd
+  rm -f .cache/lab/bin/tests.txt.tmp
   local pkg dir rel name
   for pkg in $(go list ./...); do
     dir=$(go list -f '{{.Dir}}' "$pkg")
@@ -65,15 +66,18 @@ lab_build() {
       name=${rel//\//_}
       go test -c -o ".cache/lab/bin/$name.test" "$pkg"
       # go-tests.sh runs each binary from its package folder.
-      printf '%s %s\n' "$name.test" "$rel" >>.cache/lab/bin/tests.txt
+      printf '%s %s\n' "$name.test" "$rel" >>.cache/lab/bin/tests.txt.tmp
     fi
   done
+  # The end-to-end tests last: one of them takes a soft-RoCE link down.
+  { grep -v '^internal_e2e' .cache/lab/bin/tests.txt.tmp; grep '^internal_e2e' .cache/lab/bin/tests.txt.tmp; } >.cache/lab/bin/tests.txt
+  rm -f .cache/lab/bin/tests.txt.tmp
 }
 
 lab_suite() {
   tools/lab/lab build-rnbd
   URNBD_BIN="$root/.cache/lab/bin/urnbd" tools/lab/lab run --timeout 2400 -- \
-    tools/lab/tests/run-all.sh go-tests.sh kernel-rnbd-smoke.sh rdma-smoke.sh
+    tools/lab/tests/run-all.sh kernel-rnbd-smoke.sh rdma-smoke.sh go-tests.sh
 }
 
 case $what in
