@@ -151,8 +151,12 @@ func TestBlockLatencyCounts(t *testing.T) {
 		t.Errorf("writes counted: %d, want >= 1", got)
 	}
 	for d := range Dir(NumDirs) {
-		if us, ms := h1.Total(d), sum(h1.Ms[d][:]); us != h1.Count[d] || ms != h1.Count[d] {
-			t.Errorf("dir %d: µs buckets hold %d, ms buckets %d, count %d", d, us, ms, h1.Count[d])
+		// The maps are read one after the other while other processes
+		// keep doing I/O on the disk: the bucket sums and the count agree
+		// up to the requests that completed in between.
+		us, ms, cnt := h1.Total(d), sum(h1.Ms[d][:]), h1.Count[d]
+		if slack := cnt/10 + 10; absDiff(us, cnt) > slack || absDiff(ms, cnt) > slack {
+			t.Errorf("dir %d: µs buckets hold %d, ms buckets %d, count %d", d, us, ms, cnt)
 		}
 		if h1.Count[d] > 0 && (h1.MaxNs[d] == 0 || h1.MaxNs[d] > 60e9 || h1.SumNs[d] < h1.MaxNs[d]) {
 			t.Errorf("dir %d: implausible max %d ns, sum %d ns", d, h1.MaxNs[d], h1.SumNs[d])
@@ -242,4 +246,11 @@ func devNames(devs []uint64) []string {
 		s = append(s, DevName(d))
 	}
 	return s
+}
+
+func absDiff(a, b uint64) uint64 {
+	if a > b {
+		return a - b
+	}
+	return b - a
 }

@@ -39,7 +39,7 @@ lint() {
   tools/bpf-generate.sh # the committed eBPF objects match their sources
 }
 
-fuzz_short() { # every Fuzz target, a few seconds each
+fuzz_short() { # every Fuzz target, 50000 inputs each (or URNBD_FUZZTIME)
   local pkg f
   for pkg in $(go list ./...); do
     for f in $(go test -list '^Fuzz' "$pkg" 2>/dev/null | grep '^Fuzz' || true); do
@@ -47,8 +47,8 @@ fuzz_short() { # every Fuzz target, a few seconds each
       # Go's fuzzing coordinator sometimes ends a short run with "context
       # deadline exceeded" on a loaded machine (no input failed): try once
       # more; a real crash fails both times.
-      go test -run '^$' -fuzz "^$f\$" -fuzztime "${URNBD_FUZZTIME:-5s}" "$pkg" ||
-        go test -run '^$' -fuzz "^$f\$" -fuzztime "${URNBD_FUZZTIME:-5s}" "$pkg" || return 1
+      go test -run '^$' -fuzz "^$f\$" -fuzztime "${URNBD_FUZZTIME:-50000x}" "$pkg" ||
+        go test -run '^$' -fuzz "^$f\$" -fuzztime "${URNBD_FUZZTIME:-50000x}" "$pkg" || return 1
     done
   done
 }
