@@ -77,7 +77,7 @@ lab_build() {
 lab_suite() {
   tools/lab/lab build-rnbd
   URNBD_BIN="$root/.cache/lab/bin/urnbd" tools/lab/lab run --timeout 2400 -- \
-    tools/lab/tests/run-all.sh kernel-rnbd-smoke.sh rdma-smoke.sh go-tests.sh
+    tools/lab/tests/run-all.sh kernel-rnbd-smoke.sh rdma-smoke.sh rnbd-interop.sh go-tests.sh
 }
 
 case $what in
