@@ -345,7 +345,9 @@ func (d *clientDaemon) unmapDev(id uint32, force bool) error {
 	err := dd.dev.Unmap(context.Background())
 	delete(d.devices, id)
 	if dd.sess.devs--; dd.sess.devs == 0 {
-		dd.sess.client.Close()
+		// Closing an RDMA session whose queues served a device that is
+		// gone can wait for its connect timeout: do not make unmap wait.
+		go dd.sess.client.Close()
 		delete(d.sessions, dd.spec.SessName)
 	}
 	log.Printf("urnbd client daemon: unmapped %s", ublk.BlockPath(id))
