@@ -22,8 +22,10 @@ cd "$(dirname "$0")/../.."
 modprobe ublk_drv
 (cd ublk && ../.cache/lab/bin/ublk.test -test.run '^$' -test.bench 'BenchmarkLab' -test.benchmem) | tee "$LAB_OUT/ublk-gobench.txt"
 tools/bench/ublk-lab.sh
+tools/bench/rnbd-lab.sh
 EOS
 chmod +x .cache/lab/bench-guest.sh
+tools/lab/lab build-rnbd
 out=.cache/bench/lab-$(date +%Y%m%d-%H%M%S)
 URNBD_BIN="$root/.cache/lab/bin/urnbd" tools/lab/lab run --out "$out" -- .cache/lab/bench-guest.sh
 echo "results in $out"
