@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/urnbd/urnbd/rtrs"
 	"github.com/urnbd/urnbd/uring"
@@ -46,8 +47,12 @@ type transportQueue interface {
 
 // PathStatus describes one RTRS path of a session.
 type PathStatus struct {
-	Addr  string
+	Index int    // the path's index in its session, for path commands
+	Addr  string // "[src@]dst"
 	State string
+	// RTT is the last heartbeat round trip (the kernel's cur_latency);
+	// zero before the first heartbeat is answered.
+	RTT   time.Duration
 	Stats *rtrs.ClientPathStats
 }
 

@@ -94,7 +94,7 @@ func (t *rdmaTransport) release(block int) { t.put(block) }
 func (t *rdmaTransport) paths() []PathStatus {
 	var out []PathStatus
 	for _, p := range t.c.Paths() {
-		out = append(out, PathStatus{Addr: p.Addr.String(), State: p.State, Stats: p.Stats})
+		out = append(out, PathStatus{Index: p.Index, Addr: p.Addr.String(), State: p.State, RTT: p.RTT, Stats: p.Stats})
 	}
 	return out
 }
