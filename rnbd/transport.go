@@ -31,9 +31,19 @@ type transport interface {
 	release(block int)
 	// queue binds queue i of a block to a ublk queue's ring: block
 	// requests go out on it and their completions come back through it.
-	queue(block, i int, ring *uring.Ring, base uint64, depth int, done func(tag uint16, errno int)) transportQueue
+	// cpu is the CPU the ublk queue's thread is pinned to (-1: none).
+	queue(block, i, cpu int, ring *uring.Ring, base uint64, depth int, done func(tag uint16, errno int)) transportQueue
+	// completionQueues lists the RDMA completion queues of attached
+	// block queues (none over TCP).
+	completionQueues() []CompletionQueue
 	// paths describes the session's paths.
 	paths() []PathStatus
+	// addPath, pathOp, setPolicy and setMaxReconnectAttempts manage the
+	// session's paths at run time (see Client.AddPath and friends).
+	addPath(src, dst string) (int, error)
+	pathOp(idx int, op PathOp) error
+	setPolicy(p rtrs.MPPolicy)
+	setMaxReconnectAttempts(n int) error
 	close() error
 }
 

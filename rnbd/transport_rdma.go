@@ -6,6 +6,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/urnbd/urnbd/rtrs"
 	"github.com/urnbd/urnbd/rtrs/rdmatr"
 	"github.com/urnbd/urnbd/uring"
 )
@@ -29,6 +30,7 @@ type rdmaTransport struct {
 	blocks
 	admin  sync.Mutex
 	adminQ *rdmatr.ClientQueue
+	cpus   queueCPUs // per RTRS queue, the CPU of the thread driving it
 }
 
 func dialRDMA(ctx context.Context, cfg rdmatr.ClientConfig) (*rdmaTransport, error) {
@@ -43,7 +45,7 @@ func dialRDMA(ctx context.Context, cfg rdmatr.ClientConfig) (*rdmaTransport, err
 	if err != nil {
 		return nil, err
 	}
-	t := &rdmaTransport{c: c, n: n, slot: slot, adminQ: c.Queue(n * maxDevices)}
+	t := &rdmaTransport{c: c, n: n, slot: slot, adminQ: c.Queue(n * maxDevices), cpus: newQueueCPUs(n * maxDevices)}
 	go t.adminQ.Run(nil)
 	return t, nil
 }
@@ -89,7 +91,16 @@ func (t *rdmaTransport) acquire(size int) (int, []byte, error) {
 	return b, t.c.Region()[off : off+t.slot : off+t.slot], nil
 }
 
-func (t *rdmaTransport) release(block int) { t.put(block) }
+func (t *rdmaTransport) release(block int) {
+	for i := range t.n {
+		t.cpus.set(block*t.n+i, -1)
+	}
+	t.put(block)
+}
+
+func (t *rdmaTransport) completionQueues() []CompletionQueue {
+	return nil
+}
 
 func (t *rdmaTransport) paths() []PathStatus {
 	var out []PathStatus
@@ -99,13 +110,28 @@ func (t *rdmaTransport) paths() []PathStatus {
 	return out
 }
 
+func (t *rdmaTransport) addPath(src, dst string) (int, error) {
+	return 0, fmt.Errorf("rnbd: add a path to an RDMA session: %w", syscall.EOPNOTSUPP)
+}
+
+func (t *rdmaTransport) pathOp(idx int, op PathOp) error {
+	return fmt.Errorf("rnbd: %v a path of an RDMA session: %w", op, syscall.EOPNOTSUPP)
+}
+
+func (t *rdmaTransport) setPolicy(p rtrs.MPPolicy) { t.c.SetPolicy(p) }
+
+func (t *rdmaTransport) setMaxReconnectAttempts(n int) error {
+	return fmt.Errorf("rnbd: max_reconnect_attempts of an RDMA session: %w", syscall.EOPNOTSUPP)
+}
+
 type rdmaQueue struct {
 	q    *rdmatr.ClientQueue
 	reqs []rdmatr.Request
 	done func(tag uint16, errno int)
 }
 
-func (t *rdmaTransport) queue(block, i int, ring *uring.Ring, base uint64, depth int, done func(uint16, int)) transportQueue {
+func (t *rdmaTransport) queue(block, i, cpu int, ring *uring.Ring, base uint64, depth int, done func(uint16, int)) transportQueue {
+	t.cpus.set(block*t.n+i, cpu)
 	rq := &rdmaQueue{q: t.c.Queue(block*t.n + i), reqs: make([]rdmatr.Request, depth), done: done}
 	for j := range rq.reqs {
 		rq.reqs[j].Tag = uint64(j)

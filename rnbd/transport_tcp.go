@@ -2,8 +2,10 @@ package rnbd
 
 import (
 	"context"
+	"fmt"
 	"syscall"
 
+	"github.com/urnbd/urnbd/rtrs"
 	"github.com/urnbd/urnbd/rtrs/tcp"
 	"github.com/urnbd/urnbd/uring"
 )
@@ -41,6 +43,9 @@ func (t *tcpTransport) queues() int    { return t.n }
 func (t *tcpTransport) maxIOSize() int { return t.c.Params().MaxIOSize }
 func (t *tcpTransport) close() error   { return t.c.Close() }
 
+// completionQueues: TCP queues are woken by their sockets, not by CQs.
+func (t *tcpTransport) completionQueues() []CompletionQueue { return nil }
+
 func (t *tcpTransport) call(ctx context.Context, write bool, usr []byte, respLen int) (int, []byte, error) {
 	var data []byte
 	if respLen > 0 {
@@ -69,13 +74,33 @@ func (t *tcpTransport) paths() []PathStatus {
 	return out
 }
 
+func (t *tcpTransport) addPath(src, dst string) (int, error) {
+	return t.c.AddPath(tcp.PathAddr{Src: src, Dst: dst})
+}
+
+func (t *tcpTransport) pathOp(idx int, op PathOp) error {
+	switch op {
+	case PathRemove:
+		return t.c.RemovePath(idx)
+	case PathDisconnect:
+		return t.c.DisconnectPath(idx)
+	}
+	return t.c.ReconnectPath(idx)
+}
+
+func (t *tcpTransport) setPolicy(p rtrs.MPPolicy) { t.c.SetPolicy(p) }
+
+func (t *tcpTransport) setMaxReconnectAttempts(n int) error {
+	return fmt.Errorf("rnbd: max_reconnect_attempts of a TCP session: %w", syscall.EOPNOTSUPP)
+}
+
 type tcpQueue struct {
 	q    *tcp.ClientQueue
 	reqs []tcp.Request
 	done func(tag uint16, errno int)
 }
 
-func (t *tcpTransport) queue(block, i int, ring *uring.Ring, base uint64, depth int, done func(uint16, int)) transportQueue {
+func (t *tcpTransport) queue(block, i, cpu int, ring *uring.Ring, base uint64, depth int, done func(uint16, int)) transportQueue {
 	tq := &tcpQueue{q: t.c.Queue(block*t.n + i), reqs: make([]tcp.Request, depth), done: done}
 	for j := range tq.reqs {
 		tq.reqs[j].Tag = uint64(j)

@@ -51,6 +51,27 @@ func promLabels(sess, path string) string {
 	return `sess="` + promLabelEscaper.Replace(sess) + `",path="` + promLabelEscaper.Replace(path) + `"`
 }
 
+// AppendPromHeader appends the HELP and TYPE lines of a metric family.
+func AppendPromHeader(b []byte, name, typ, help string) []byte { return promHeader(b, name, typ, help) }
+
+// AppendPromLatency appends the samples of one latency histogram in
+// seconds (name_bucket, name_sum, name_count; labels without braces) from
+// log2 µs buckets as the rdma_lat_us rows count them: bucket k < len-1
+// holds latencies below 2^k µs, the last one the rest.
+func AppendPromLatency(b []byte, name, labels string, us []uint64, sumNs uint64) []byte {
+	var cum uint64
+	for k, v := range us {
+		cum += v
+		le := `le="+Inf"`
+		if k < len(us)-1 {
+			le = `le="` + strconv.FormatFloat(float64(uint64(1)<<k)/1e6, 'g', -1, 64) + `"`
+		}
+		b = promSample(b, name+"_bucket", labels, le, cum)
+	}
+	b = promSampleFloat(b, name+"_sum", labels, "", float64(sumNs)/1e9)
+	return promSample(b, name+"_count", labels, "", cum)
+}
+
 func promHeader(b []byte, name, typ, help string) []byte {
 	b = append(b, "# HELP "...)
 	b = append(b, name...)
@@ -86,8 +107,10 @@ func promName(b []byte, name, labels, extra string) []byte {
 	b = append(b, name...)
 	b = append(b, '{')
 	b = append(b, labels...)
-	if extra != "" {
+	if extra != "" && labels != "" {
 		b = append(b, ',')
+	}
+	if extra != "" {
 		b = append(b, extra...)
 	}
 	return append(b, "} "...)
@@ -171,17 +194,12 @@ var promClientFamilies = []promFamily[*ClientStatsSnapshot]{
 		}},
 	{"request_latency_seconds", "histogram", "Request latency from submission to completion.",
 		func(b []byte, n, l string, s *ClientStatsSnapshot) []byte {
+			var us [LatUsBuckets]uint64
 			for dir, d := range [2]string{`dir="read"`, `dir="write"`} {
-				var cum uint64
-				for k := range LatUsBuckets - 1 {
-					cum += promRW(s.LatUs[k], dir)
-					le := `le="` + strconv.FormatFloat(float64(uint64(1)<<k)/1e6, 'g', -1, 64) + `"`
-					b = promSample(b, n+"_bucket", l, d+","+le, cum)
+				for k := range us {
+					us[k] = promRW(s.LatUs[k], dir)
 				}
-				cum += promRW(s.LatUs[LatUsBuckets-1], dir)
-				b = promSample(b, n+"_bucket", l, d+`,le="+Inf"`, cum)
-				b = promSampleFloat(b, n+"_sum", l, d, float64(promRW(s.LatSumNs, dir))/1e9)
-				b = promSample(b, n+"_count", l, d, cum)
+				b = AppendPromLatency(b, n, l+","+d, us[:], promRW(s.LatSumNs, dir))
 			}
 			return b
 		}},

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -37,20 +36,26 @@ import (
 func clientSocket() string { return filepath.Join(runDir(), "client.sock") }
 
 type clientRequest struct {
-	Op     string   `json:"op"` // map, unmap, list
+	Op     string   `json:"op"` // map, unmap, list, stats, path, session-set
 	Spec   *mapSpec `json:"spec,omitempty"`
 	Queues int      `json:"queues,omitempty"`
 	Depth  int      `json:"depth,omitempty"`
 	Device uint32   `json:"device,omitempty"`
 	Force  bool     `json:"force,omitempty"`
+	// path and session-set requests
+	Session string `json:"session,omitempty"`
+	PathOp  string `json:"path_op,omitempty"`
+	Path    string `json:"path,omitempty"`
+	Key     string `json:"key,omitempty"`
+	Value   string `json:"value,omitempty"`
 }
 
 type clientReply struct {
-	Error   string      `json:"error,omitempty"`
-	Errno   int         `json:"errno,omitempty"`
-	Device  string      `json:"device,omitempty"`
-	Devices []listEntry `json:"devices,omitempty"`
-	Text    string      `json:"text,omitempty"`
+	Error   string       `json:"error,omitempty"`
+	Errno   int          `json:"errno,omitempty"`
+	Device  string       `json:"device,omitempty"`
+	Devices []listEntry  `json:"devices,omitempty"`
+	Stats   *statsReport `json:"stats,omitempty"`
 }
 
 type listEntry struct {
@@ -64,10 +69,11 @@ type listEntry struct {
 }
 
 // ask sends req to the daemon, starting it if needed.
-func ask(req *clientRequest, start bool) (*clientReply, error) {
+// With start, daemonArgs are the options it is started with.
+func ask(req *clientRequest, start bool, daemonArgs ...string) (*clientReply, error) {
 	conn, err := net.Dial("unix", clientSocket())
 	if err != nil && start {
-		if err := startClientDaemon(); err != nil {
+		if err := startClientDaemon(daemonArgs...); err != nil {
 			return nil, err
 		}
 		conn, err = net.Dial("unix", clientSocket())
@@ -89,7 +95,7 @@ func ask(req *clientRequest, start bool) (*clientReply, error) {
 	return &rep, nil
 }
 
-func startClientDaemon() error {
+func startClientDaemon(args ...string) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return err
@@ -102,7 +108,7 @@ func startClientDaemon() error {
 		return err
 	}
 	defer logf.Close()
-	cmd := exec.Command(exe, "client", "daemon")
+	cmd := exec.Command(exe, append([]string{"client", "daemon"}, args...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
@@ -124,7 +130,14 @@ func mapDevice(c *cli.Context, spec *mapSpec) error {
 	if spec.Transport == "" {
 		spec.Transport = c.String("transport")
 	}
-	rep, err := ask(&clientRequest{Op: "map", Spec: spec, Queues: c.Int("queues"), Depth: c.Int("depth")}, true)
+	var args []string
+	if addr := c.String("metrics-listen"); addr != "" {
+		args = append(args, "--metrics-listen", addr)
+	}
+	if c.Bool("no-bpf") {
+		args = append(args, "--no-bpf")
+	}
+	rep, err := ask(&clientRequest{Op: "map", Spec: spec, Queues: c.Int("queues"), Depth: c.Int("depth")}, true, args...)
 	if err != nil {
 		return err
 	}
@@ -194,6 +207,10 @@ type clientDaemon struct {
 	sessions map[string]*daemonSession
 	devices  map[uint32]*daemonDevice
 	ln       net.Listener
+	obs      *observer
+	// persist keeps the daemon running with no device mapped (under
+	// systemd); otherwise it exits after the last unmap.
+	persist bool
 }
 
 type daemonSession struct {
@@ -208,25 +225,55 @@ type daemonDevice struct {
 	dev  *rnbd.Device
 }
 
+// daemonFlags are the client daemon's options; map passes them on when it
+// starts the daemon.
+var daemonFlags = []cli.Flag{
+	&cli.StringFlag{Name: "metrics-listen", Usage: "serve Prometheus metrics on http://`ADDR`/metrics (e.g. 127.0.0.1:9755)"},
+	&cli.BoolFlag{Name: "no-bpf", Usage: "do not load the eBPF programs (block latency, completion CPU)"},
+}
+
 func clientDaemonCommand() *cli.Command {
 	return &cli.Command{
-		Name:   "daemon",
-		Usage:  "run the client daemon (started by map when needed)",
-		Hidden: true,
+		Name:  "daemon",
+		Usage: "run the client daemon in the foreground (map starts it when needed; for systemd)",
+		Description: "The client daemon keeps the RNBD sessions and the mapped devices; the CLI talks to it over\n" +
+			"$URNBD_RUN_DIR/client.sock (root only). Started by map, it exits after the last unmap;\n" +
+			"with --persist it stays (for tools/systemd/urnbd-client.service).",
+		Flags: append([]cli.Flag{
+			&cli.BoolFlag{Name: "persist", Usage: "keep running when no device is mapped"},
+		}, daemonFlags...),
 		Action: func(c *cli.Context) error {
+			if conn, err := net.Dial("unix", clientSocket()); err == nil {
+				conn.Close()
+				return fmt.Errorf("client daemon: one is already running on %s: %w", clientSocket(), unix.EEXIST)
+			}
 			ctrl, err := ublk.OpenControl()
 			if err != nil {
 				return err
 			}
 			defer ctrl.Close()
-			os.MkdirAll(runDir(), 0o700)
+			if err := os.MkdirAll(runDir(), 0o700); err != nil {
+				return fmt.Errorf("client daemon: %w", err)
+			}
 			os.Remove(clientSocket())
 			unix.Umask(0o077)
 			ln, err := net.Listen("unix", clientSocket())
 			if err != nil {
-				return err
+				return fmt.Errorf("client daemon: %w", err)
 			}
-			d := &clientDaemon{ctrl: ctrl, sessions: map[string]*daemonSession{}, devices: map[uint32]*daemonDevice{}, ln: ln}
+			noBPF := ""
+			if c.Bool("no-bpf") {
+				noBPF = "disabled by --no-bpf"
+			}
+			d := &clientDaemon{ctrl: ctrl, sessions: map[string]*daemonSession{}, devices: map[uint32]*daemonDevice{}, ln: ln,
+				obs: newObserver(noBPF), persist: c.Bool("persist")}
+			defer d.obs.close()
+			if addr := c.String("metrics-listen"); addr != "" {
+				if err := d.serveMetrics(addr); err != nil {
+					ln.Close()
+					return err
+				}
+			}
 			sigs := make(chan os.Signal, 1)
 			signal.Notify(sigs, unix.SIGINT, unix.SIGTERM)
 			go func() { <-sigs; d.shutdown(); ln.Close() }()
@@ -259,7 +306,11 @@ func (d *clientDaemon) serve(conn net.Conn) {
 	case "list":
 		rep.Devices = d.list()
 	case "stats":
-		rep.Text = d.stats(req.Force)
+		rep.Stats, err = d.collectStats(req.Force)
+	case "path":
+		rep.Device, err = d.pathRequest(&req)
+	case "session-set":
+		err = d.sessionSet(&req)
 	default:
 		err = fmt.Errorf("unknown request %q: %w", req.Op, unix.EINVAL)
 	}
@@ -326,6 +377,7 @@ func (d *clientDaemon) mapDev(req *clientRequest) (string, error) {
 	sess.devs++
 	id := dev.UblkDevice().ID()
 	d.devices[id] = &daemonDevice{spec: *spec, sess: sess, dev: dev}
+	d.obs.addDevice(id)
 	log.Printf("urnbd client daemon: mapped %s of session %s as %s", spec.DevicePath, spec.SessName, ublk.BlockPath(id))
 	return ublk.BlockPath(id), nil
 }
@@ -342,6 +394,7 @@ func (d *clientDaemon) unmapDev(id uint32, force bool) error {
 			return fmt.Errorf("unmap: %s is in use (%s); close it, or unmap --force: %w", ublk.BlockPath(id), who, unix.EBUSY)
 		}
 	}
+	d.obs.removeDevice(id)
 	err := dd.dev.Unmap(context.Background())
 	delete(d.devices, id)
 	if dd.sess.devs--; dd.sess.devs == 0 {
@@ -351,7 +404,7 @@ func (d *clientDaemon) unmapDev(id uint32, force bool) error {
 		delete(d.sessions, dd.spec.SessName)
 	}
 	log.Printf("urnbd client daemon: unmapped %s", ublk.BlockPath(id))
-	if len(d.devices) == 0 {
+	if len(d.devices) == 0 && !d.persist {
 		go func() { time.Sleep(100 * time.Millisecond); d.ln.Close() }()
 	}
 	return err
@@ -384,54 +437,5 @@ func (d *clientDaemon) shutdown() {
 	d.mu.Unlock()
 	for _, id := range ids {
 		d.unmapDev(id, true)
-	}
-}
-
-// stats renders every path's statistics as the kernel's sysfs files would
-// read (/sys/class/rtrs-client/SESS/paths/PATH/stats/FILE); reset clears
-// them first, as writing 1 to reset_all does.
-func (d *clientDaemon) stats(reset bool) string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	var b []byte
-	for name, sess := range d.sessions {
-		for _, p := range sess.client.Paths() {
-			if reset {
-				p.Stats.ResetAll()
-			}
-			b = fmt.Appendf(b, "session %s path %s (%s)\n", name, p.Addr, p.State)
-			for _, f := range p.Stats.StatFiles() {
-				text := f.Append(nil)
-				if bytes.Count(text, []byte("\n")) > 1 {
-					b = fmt.Appendf(b, "  %s:\n", f.Name)
-					for _, l := range bytes.Split(bytes.TrimRight(text, "\n"), []byte("\n")) {
-						b = fmt.Appendf(b, "    %s\n", l)
-					}
-				} else {
-					b = fmt.Appendf(b, "  %-20s %s", f.Name+":", text)
-				}
-			}
-		}
-	}
-	return string(b)
-}
-
-func statsCommand() *cli.Command {
-	return &cli.Command{
-		Name:  "stats",
-		Usage: "print the RTRS statistics of every path, in the kernel's formats",
-		Flags: []cli.Flag{&cli.BoolFlag{Name: "reset", Usage: "reset them (as echo 1 > reset_all)"}},
-		Action: func(c *cli.Context) error {
-			rep, err := ask(&clientRequest{Op: "stats", Force: c.Bool("reset")}, false)
-			if err != nil {
-				var re *reportedError
-				if !errors.As(err, &re) {
-					return fmt.Errorf("stats: no mapped device (no client daemon): %w", unix.ENOENT)
-				}
-				return err
-			}
-			fmt.Print(rep.Text)
-			return nil
-		},
 	}
 }

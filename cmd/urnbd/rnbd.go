@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -107,10 +108,37 @@ func runServer(c *cli.Context) error {
 	}
 }
 
-var mapFlags = []cli.Flag{
+var mapFlags = append([]cli.Flag{
 	&cli.IntFlag{Name: "queues", Usage: "queues (RTRS connections per path); 0 = one per CPU"},
 	&cli.IntFlag{Name: "depth", Value: ublk.DefaultQueueDepth, Usage: "requests in flight per queue"},
 	&cli.StringFlag{Name: "transport", Value: "tcp", Usage: "rdma or tcp (also transport= in the map string)"},
+}, daemonFlags...)
+
+// mapStringFlags are the flag form of the map string's keys.
+var mapStringFlags = []cli.Flag{
+	&cli.StringFlag{Name: "sessname", Usage: "session `NAME` (sessname=)"},
+	&cli.StringSliceFlag{Name: "path", Usage: "path `[ip:SRC@]ip:DST` (path=); repeatable"},
+	&cli.StringFlag{Name: "device-path", Usage: "`PATH` of the device on the server, relative to its --dev-search-path (device_path=)"},
+	&cli.StringFlag{Name: "access-mode", Usage: "ro, rw or migration (access_mode=)"},
+	&cli.IntFlag{Name: "dest-port", Usage: "server `PORT` of the paths (dest_port=)"},
+}
+
+// mapStringFromFlags turns the flag form into map string tokens, placed
+// before those of the command line (so dest_port applies to --path).
+func mapStringFromFlags(c *cli.Context) []string {
+	var toks []string
+	for _, kv := range [][2]string{{"sessname", "sessname"}, {"device-path", "device_path"}, {"access-mode", "access_mode"}} {
+		if v := c.String(kv[0]); v != "" {
+			toks = append(toks, kv[1]+"="+v)
+		}
+	}
+	if c.IsSet("dest-port") {
+		toks = append(toks, "dest_port="+strconv.Itoa(c.Int("dest-port")))
+	}
+	for _, p := range c.StringSlice("path") {
+		toks = append(toks, "path="+p)
+	}
+	return append(toks, c.Args().Slice()...)
 }
 
 func mapCommand() *cli.Command {
@@ -118,9 +146,13 @@ func mapCommand() *cli.Command {
 		Name:      "map",
 		Usage:     "map a remote device as /dev/ublkbN (kernel map_device syntax)",
 		ArgsUsage: "sessname=NAME path=[ip:SRC@]ip:DST [path=...] device_path=PATH [access_mode=ro|rw|migration] [dest_port=PORT]",
-		Flags:     mapFlags,
+		Description: "The map string is the kernel's (echo ... > /sys/class/rnbd-client/ctl/map_device), plus\n" +
+			"transport=rdma|tcp; --sessname, --path, --device-path, --access-mode and --dest-port say the same.\n" +
+			"Prints the new device, /dev/ublkbN. Errors: EINVAL (bad map string), EEXIST (already mapped),\n" +
+			"ENOENT (no such device on the server), EACCES/EBUSY (the server refused the access mode).",
+		Flags: append(append([]cli.Flag{}, mapStringFlags...), mapFlags...),
 		Action: func(c *cli.Context) error {
-			spec, err := parseMapString(c.Args().Slice())
+			spec, err := parseMapString(mapStringFromFlags(c))
 			if err != nil {
 				return err
 			}

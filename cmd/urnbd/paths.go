@@ -1,0 +1,193 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
+
+	"github.com/urnbd/urnbd/rnbd"
+	"github.com/urnbd/urnbd/rtrs"
+)
+
+// Run-time management of the client daemon's sessions and paths: what the
+// kernel offers as sysfs files under /sys/class/rtrs-client/SESS
+// (add_path, paths/P/{remove_path,disconnect,reconnect}, mpath_policy,
+// max_reconnect_attempts).
+
+var pathOps = map[string]rnbd.PathOp{
+	"remove":     rnbd.PathRemove,
+	"disconnect": rnbd.PathDisconnect,
+	"reconnect":  rnbd.PathReconnect,
+}
+
+func pathCommand() *cli.Command {
+	var sub []*cli.Command
+	sub = append(sub, &cli.Command{
+		Name:      "add",
+		Usage:     "add a path to a session (add_path)",
+		ArgsUsage: "SESSNAME [ip:SRC@]ip:DST",
+		Flags:     []cli.Flag{&cli.IntFlag{Name: "dest-port", Value: 1234, Usage: "server `PORT`"}},
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 2 {
+				return fmt.Errorf("path add: want SESSNAME and [ip:SRC@]ip:DST: %w", unix.EINVAL)
+			}
+			mp, err := parsePathArg(c.Args().Get(1), c.Int("dest-port"))
+			if err != nil {
+				return err
+			}
+			rep, err := askDaemon(&clientRequest{Op: "path", Session: c.Args().First(), PathOp: "add",
+				Path: mp.Src + "@" + net.JoinHostPort(mp.Dst, strconv.Itoa(mp.Port))})
+			if err != nil {
+				return fmt.Errorf("path add: %w", err)
+			}
+			fmt.Println(rep.Device)
+			return nil
+		},
+	})
+	for _, name := range []string{"remove", "disconnect", "reconnect"} {
+		sub = append(sub, &cli.Command{
+			Name:      name,
+			Usage:     name + " a path of a session; in-flight I/O of a path that goes away fails over to the others",
+			ArgsUsage: "SESSNAME PATH (the path's index or address, as urnbd list and urnbd stats show them)",
+			Action: func(c *cli.Context) error {
+				if c.NArg() != 2 {
+					return fmt.Errorf("path %s: want SESSNAME and PATH: %w", name, unix.EINVAL)
+				}
+				if _, err := askDaemon(&clientRequest{Op: "path", Session: c.Args().First(), PathOp: name, Path: c.Args().Get(1)}); err != nil {
+					return fmt.Errorf("path %s: %w", name, err)
+				}
+				return nil
+			},
+		})
+	}
+	return &cli.Command{Name: "path", Usage: "manage the paths of a session: add, remove, disconnect, reconnect", Subcommands: sub}
+}
+
+func sessionCommand() *cli.Command {
+	set := func(key, usage, args string) *cli.Command {
+		return &cli.Command{
+			Name:      key,
+			Usage:     usage,
+			ArgsUsage: "SESSNAME " + args,
+			Action: func(c *cli.Context) error {
+				if c.NArg() != 2 {
+					return fmt.Errorf("session set %s: want SESSNAME and %s: %w", key, args, unix.EINVAL)
+				}
+				if _, err := askDaemon(&clientRequest{Op: "session-set", Session: c.Args().First(), Key: key, Value: c.Args().Get(1)}); err != nil {
+					return fmt.Errorf("session set %s: %w", key, err)
+				}
+				return nil
+			},
+		}
+	}
+	return &cli.Command{
+		Name:  "session",
+		Usage: "change a session's settings",
+		Subcommands: []*cli.Command{{
+			Name:  "set",
+			Usage: "set mp-policy or max-reconnect-attempts",
+			Subcommands: []*cli.Command{
+				set("mp-policy", "multipath policy (mpath_policy)", "round-robin|min-inflight|min-latency"),
+				set("max-reconnect-attempts", "reconnect attempts of a failed path (max_reconnect_attempts)", "N (-1: forever)"),
+			},
+		}},
+	}
+}
+
+// askDaemon sends a request to a running daemon; with none there is no
+// session to act on.
+func askDaemon(req *clientRequest) (*clientReply, error) {
+	rep, err := ask(req, false)
+	if err != nil {
+		if _, ok := err.(*reportedError); !ok {
+			return nil, fmt.Errorf("session %s: no such session (no client daemon): %w", req.Session, unix.ENOENT)
+		}
+	}
+	return rep, err
+}
+
+// session returns the named session; the daemon's lock is held.
+func (d *clientDaemon) session(name string) (*daemonSession, error) {
+	s := d.sessions[name]
+	if s == nil {
+		return nil, fmt.Errorf("session %q: no such session: %w", name, unix.ENOENT)
+	}
+	return s, nil
+}
+
+// findPath resolves a path named by index or address (with or without
+// the "ip:" prefixes that the kernel's path names carry).
+func findPath(s *daemonSession, name string) (int, error) {
+	paths := s.client.Paths()
+	if i, err := strconv.Atoi(name); err == nil {
+		for _, p := range paths {
+			if p.Index == i {
+				return i, nil
+			}
+		}
+	}
+	bare := strings.ReplaceAll(name, "ip:", "")
+	for _, p := range paths {
+		if p.Addr == bare || p.Addr == name {
+			return p.Index, nil
+		}
+	}
+	return 0, fmt.Errorf("session %q has no path %q: %w", s.spec.SessName, name, unix.ENOENT)
+}
+
+// pathRequest carries out `urnbd path ...`; add returns the new index.
+func (d *clientDaemon) pathRequest(req *clientRequest) (string, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s, err := d.session(req.Session)
+	if err != nil {
+		return "", err
+	}
+	if req.PathOp == "add" {
+		src, dst, _ := strings.Cut(req.Path, "@")
+		idx, err := s.client.AddPath(src, dst)
+		if err != nil {
+			return "", err
+		}
+		return strconv.Itoa(idx), nil
+	}
+	op, ok := pathOps[req.PathOp]
+	if !ok {
+		return "", fmt.Errorf("path operation %q: want add, remove, disconnect or reconnect: %w", req.PathOp, unix.EINVAL)
+	}
+	idx, err := findPath(s, req.Path)
+	if err != nil {
+		return "", err
+	}
+	return "", s.client.PathOp(idx, op)
+}
+
+// sessionSet carries out `urnbd session set KEY SESSNAME VALUE`.
+func (d *clientDaemon) sessionSet(req *clientRequest) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s, err := d.session(req.Session)
+	if err != nil {
+		return err
+	}
+	switch req.Key {
+	case "mp-policy":
+		p, err := rtrs.ParseMPPolicy(req.Value)
+		if err != nil {
+			return err
+		}
+		s.client.SetPolicy(p)
+		return nil
+	case "max-reconnect-attempts":
+		n, err := strconv.Atoi(req.Value)
+		if err != nil {
+			return fmt.Errorf("max-reconnect-attempts %q: want a number, -1 for forever: %w", req.Value, unix.EINVAL)
+		}
+		return s.client.SetMaxReconnectAttempts(n)
+	}
+	return fmt.Errorf("session setting %q: want mp-policy or max-reconnect-attempts: %w", req.Key, unix.EINVAL)
+}

@@ -1,0 +1,306 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
+
+	"github.com/urnbd/urnbd/bpf"
+	"github.com/urnbd/urnbd/rdma"
+	"github.com/urnbd/urnbd/rtrs"
+	"github.com/urnbd/urnbd/ublk"
+)
+
+// statsReport is what the client daemon measured: per session and path
+// the RTRS statistics (urnbd's own per-CPU counters, with cpu_migration
+// from eBPF where it can be measured), per mapped device the block
+// latency seen by eBPF, and the RDMA devices' completion interrupts. It
+// is the JSON of `urnbd stats --json`.
+type statsReport struct {
+	Sessions []sessionReport   `json:"sessions"`
+	Devices  []deviceReport    `json:"devices"`
+	IRQs     []rdma.DeviceIRQs `json:"rdma_irqs"`
+	EBPF     ebpfReport        `json:"ebpf"`
+}
+
+// ebpfReport says which eBPF programs run: "on", or why not.
+type ebpfReport struct {
+	BlockLatency  string `json:"block_latency"`
+	CompletionCPU string `json:"completion_cpu"`
+}
+
+type sessionReport struct {
+	Name      string       `json:"sessname"`
+	Transport string       `json:"transport"`
+	Paths     []pathReport `json:"paths"`
+}
+
+type pathReport struct {
+	Index int    `json:"index"`
+	Addr  string `json:"addr"`
+	State string `json:"state"`
+	// CurLatencyNs is the last heartbeat round trip (cur_latency).
+	CurLatencyNs int64                     `json:"cur_latency_ns"`
+	Stats        *rtrs.ClientStatsSnapshot `json:"stats"`
+	// CPUMigration says where Stats' cpu_migration counts come from:
+	// "ebpf", or why they were not measured.
+	CPUMigration string `json:"cpu_migration_source"`
+}
+
+type deviceReport struct {
+	Device    string `json:"devname"`
+	SessName  string `json:"sessname"`
+	MapPath   string `json:"mapping_path"`
+	Transport string `json:"transport"`
+	// Latency is the block request latency, issue to completion, from
+	// eBPF; LatencyOff says why it is missing.
+	Latency    *bpf.Histogram `json:"block_latency,omitempty"`
+	LatencyOff string         `json:"block_latency_unavailable,omitempty"`
+}
+
+// onOrWhy renders a program's state for ebpfReport.
+func onOrWhy(err error) string {
+	if err != nil {
+		return err.Error()
+	}
+	return "on"
+}
+
+// collectStats gathers the daemon's statistics; reset clears them after
+// reading (as the kernel's reset_all, and the eBPF maps too).
+func (d *clientDaemon) collectStats(reset bool) (*statsReport, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	rep := &statsReport{Sessions: []sessionReport{}, Devices: []deviceReport{}, IRQs: []rdma.DeviceIRQs{}}
+	blk, blkErr := d.obs.blockLatency()
+	rep.EBPF.BlockLatency = onOrWhy(blkErr)
+	var cqCounts []bpf.CQCount
+	compErr := errors.New("no RDMA session")
+	for _, s := range d.sessions {
+		if s.spec.Transport == "rdma" {
+			var comp *bpf.CompletionCPU
+			if comp, compErr = d.obs.completionCPU(); compErr == nil {
+				cqCounts, compErr = comp.CQs()
+			}
+			break
+		}
+	}
+	rep.EBPF.CompletionCPU = onOrWhy(compErr)
+
+	names := make([]string, 0, len(d.sessions))
+	for name := range d.sessions {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		sess := d.sessions[name]
+		sr := sessionReport{Name: name, Transport: sess.spec.Transport}
+		cqs := sess.client.CompletionQueues()
+		for _, p := range sess.client.Paths() {
+			pr := pathReport{Index: p.Index, Addr: p.Addr, State: p.State, CurLatencyNs: p.RTT.Nanoseconds(), Stats: p.Stats.Snapshot()}
+			switch {
+			case sess.spec.Transport != "rdma":
+				pr.CPUMigration = "not measured over TCP: its queues are woken by sockets, not by RDMA completion handlers"
+			case compErr != nil:
+				pr.CPUMigration = "eBPF completion CPU program unavailable: " + compErr.Error()
+			default:
+				pr.CPUMigration = "ebpf"
+				expected := map[uint64]int{}
+				for _, cq := range cqs {
+					if cq.Path == p.Index && cq.CPU >= 0 {
+						expected[cq.UserHandle] = cq.CPU
+					}
+				}
+				pr.Stats.MigrationFrom, pr.Stats.MigrationTo = bpf.Migration(cqCounts, p.Stats.NumCPU(), func(h uint64) (int, bool) {
+					cpu, ok := expected[h]
+					return cpu, ok
+				})
+			}
+			if reset {
+				p.Stats.ResetAll()
+			}
+			sr.Paths = append(sr.Paths, pr)
+		}
+		rep.Sessions = append(rep.Sessions, sr)
+	}
+
+	ids := make([]uint32, 0, len(d.devices))
+	for id := range d.devices {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		dd := d.devices[id]
+		dr := deviceReport{Device: ublk.BlockPath(id), SessName: dd.spec.SessName, MapPath: dd.spec.DevicePath, Transport: dd.spec.Transport}
+		err := blkErr
+		if err == nil {
+			var dev uint64
+			if dev, err = bpf.DiskOf(dr.Device); err == nil {
+				dr.Latency, err = blk.Histogram(dev)
+			}
+		}
+		if err != nil {
+			dr.LatencyOff = err.Error()
+		}
+		rep.Devices = append(rep.Devices, dr)
+	}
+
+	if devs, err := rdma.Devices(); err == nil {
+		for _, dev := range devs {
+			if irqs, err := rdma.CompletionIRQs(dev.Name); err == nil {
+				rep.IRQs = append(rep.IRQs, irqs)
+			}
+		}
+	}
+	if reset {
+		if err := d.obs.reset(); err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+// pathFiles are a client path's statistics files in the order the text
+// report prints them: the 6.12 files, then those of the 5.6 ABI
+// (Documentation/ABI/testing/sysfs-class-rtrs-client) that 6.12 dropped,
+// then rdma_lat in µs.
+var pathFiles = []struct {
+	name   string
+	append func(*rtrs.ClientStatsSnapshot, []byte) []byte
+}{
+	{rtrs.StatCPUMigrationFrom, (*rtrs.ClientStatsSnapshot).AppendCPUMigrationFrom},
+	{rtrs.StatCPUMigrationTo, (*rtrs.ClientStatsSnapshot).AppendCPUMigrationTo},
+	{rtrs.StatReconnects, (*rtrs.ClientStatsSnapshot).AppendReconnects},
+	{rtrs.StatRdma, (*rtrs.ClientStatsSnapshot).AppendRdma},
+	{rtrs.StatResetAll, (*rtrs.ClientStatsSnapshot).AppendResetAll},
+	{rtrs.StatSGEntries, (*rtrs.ClientStatsSnapshot).AppendSGEntries},
+	{rtrs.StatCPUMigration, (*rtrs.ClientStatsSnapshot).AppendCPUMigration},
+	{rtrs.StatRdmaLat, (*rtrs.ClientStatsSnapshot).AppendRdmaLat},
+	{rtrs.StatRdmaLatUs, (*rtrs.ClientStatsSnapshot).AppendRdmaLatUs},
+	{rtrs.StatWcCompletion, (*rtrs.ClientStatsSnapshot).AppendWcCompletion},
+}
+
+// appendFile appends one statistics file: a one-line file as "name: text",
+// a longer one under "name:", indented.
+func appendFile(b []byte, indent, name string, text []byte) []byte {
+	if bytes.Count(text, []byte("\n")) <= 1 {
+		return fmt.Appendf(b, "%s%-20s %s", indent, name+":", text)
+	}
+	b = fmt.Appendf(b, "%s%s:\n", indent, name)
+	for _, l := range bytes.Split(bytes.TrimRight(text, "\n"), []byte("\n")) {
+		b = fmt.Appendf(b, "%s    %s\n", indent, l)
+	}
+	return b
+}
+
+// isMigrationFile reports whether a file shows cpu_migration counts.
+func isMigrationFile(name string) bool { return strings.HasPrefix(name, rtrs.StatCPUMigration) }
+
+// appendText renders the report for people: every path's files in the
+// kernel's formats, each device's eBPF latency, the RDMA interrupts.
+func (r *statsReport) appendText(b []byte) []byte {
+	for _, s := range r.Sessions {
+		for _, p := range s.Paths {
+			b = fmt.Appendf(b, "session %s (%s) path %d %s (%s)\n", s.Name, s.Transport, p.Index, p.Addr, p.State)
+			b = appendFile(b, "  ", "cur_latency", fmt.Appendf(nil, "%d ns\n", p.CurLatencyNs))
+			for _, f := range pathFiles {
+				if isMigrationFile(f.name) && p.CPUMigration != "ebpf" {
+					b = appendFile(b, "  ", f.name, fmt.Appendf(nil, "(%s)\n", p.CPUMigration))
+					continue
+				}
+				b = appendFile(b, "  ", f.name, f.append(p.Stats, nil))
+			}
+		}
+	}
+	for _, d := range r.Devices {
+		b = fmt.Appendf(b, "device %s (session %s, %s)\n", d.Device, d.SessName, d.MapPath)
+		if d.Latency == nil {
+			b = fmt.Appendf(b, "  block latency: (eBPF unavailable: %s)\n", d.LatencyOff)
+			continue
+		}
+		h := d.Latency
+		b = fmt.Appendf(b, "  requests (eBPF):     %d %d %d\n", h.Count[bpf.Read], h.Count[bpf.Write], h.Count[bpf.Other])
+		b = appendFile(b, "  ", "block rdma_lat", h.AppendRdmaLat(nil))
+		b = appendFile(b, "  ", "block rdma_lat_us", h.AppendLatUs(nil))
+	}
+	for _, dev := range r.IRQs {
+		switch {
+		case dev.Software:
+			b = fmt.Appendf(b, "rdma %s: software device, no completion interrupts (completions are raised in the network softirq or the driver's work item that processed the packet)\n", dev.Device)
+		case len(dev.IRQs) == 0:
+			b = fmt.Appendf(b, "rdma %s: no interrupts found\n", dev.Device)
+		default:
+			b = fmt.Appendf(b, "rdma %s interrupts:\n", dev.Device)
+			for _, irq := range dev.IRQs {
+				b = fmt.Appendf(b, "  irq %d %s: affinity %s effective %s per-CPU %v\n", irq.Num, irq.Name, irq.Affinity, irq.Effective, irq.PerCPU)
+			}
+		}
+	}
+	return fmt.Appendf(b, "ebpf: block latency %s; completion CPU %s\n", r.EBPF.BlockLatency, r.EBPF.CompletionCPU)
+}
+
+// writeReport prints the report as text or JSON.
+func (r *statsReport) write(w io.Writer, format string) error {
+	if format == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	}
+	_, err := w.Write(r.appendText(nil))
+	return err
+}
+
+// fetchStats asks the client daemon for its statistics.
+func fetchStats(reset bool) (*statsReport, error) {
+	rep, err := ask(&clientRequest{Op: "stats", Force: reset}, false)
+	if err != nil {
+		var re *reportedError
+		if !errors.As(err, &re) {
+			return nil, fmt.Errorf("no mapped device (no client daemon on %s): %w", clientSocket(), unix.ENOENT)
+		}
+		return nil, err
+	}
+	if rep.Stats == nil {
+		return nil, fmt.Errorf("client daemon sent no statistics: %w", unix.EPROTO)
+	}
+	return rep.Stats, nil
+}
+
+func statsCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "stats",
+		Usage: "print every path's RTRS statistics in the kernel's formats, and the eBPF block latency of every mapped device",
+		Description: "Per session and path: cur_latency, cpu_migration_from/_to, reconnects, rdma and reset_all as in Linux 6.12,\n" +
+			"and sg_entries, cpu_migration, rdma_lat and wc_completion as the 5.6 ABI documented them, plus rdma_lat in µs.\n" +
+			"cpu_migration counts RDMA completions whose handler ran on another CPU than the queue thread polling the CQ\n" +
+			"(eBPF on ib_uverbs_comp_handler). Per device: block request latency, issue to completion (eBPF block tracepoints).\n" +
+			"Parts that need eBPF say why they are missing when it is not available.",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "reset", Usage: "print, then reset the counters (as echo 1 > reset_all) and the eBPF histograms"},
+			&cli.StringFlag{Name: "format", Value: "text", Usage: "text or json"},
+			&cli.BoolFlag{Name: "json", Usage: "same as --format json"},
+		},
+		Action: func(c *cli.Context) error {
+			format := c.String("format")
+			if c.Bool("json") {
+				format = "json"
+			}
+			if format != "text" && format != "json" {
+				return fmt.Errorf("stats: --format %q: want text or json: %w", format, unix.EINVAL)
+			}
+			r, err := fetchStats(c.Bool("reset"))
+			if err != nil {
+				return fmt.Errorf("stats: %w", err)
+			}
+			return r.write(os.Stdout, format)
+		},
+	}
+}
