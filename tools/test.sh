@@ -37,6 +37,18 @@ lint() {
   fi
   .cache/bin/staticcheck ./...
   tools/bpf-generate.sh # the committed eBPF objects match their sources
+  systemd_verify
+}
+
+systemd_verify() { # the units parse, with the binary they start in place
+  command -v systemd-analyze >/dev/null || { echo "lint: systemd-analyze missing (apt-get install systemd)"; return 1; }
+  local dir=.cache/systemd-verify
+  rm -rf "$dir" && mkdir -p "$dir"
+  go build -o "$dir/urnbd" ./cmd/urnbd
+  for u in tools/systemd/*.service; do
+    sed "s#/usr/local/bin/urnbd#$root/$dir/urnbd#g" "$u" >"$dir/${u##*/}"
+  done
+  SYSTEMD_LOG_LEVEL=warning systemd-analyze verify "$dir"/*.service
 }
 
 fuzz_short() { # every Fuzz target, 50000 inputs each (or URNBD_FUZZTIME)
