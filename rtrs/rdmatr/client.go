@@ -20,41 +20,19 @@ import (
 
 // PathAddr is one path: Dst is the server's "ip:port" (or "ip", port
 // rtrs.DefaultPort), Src optionally the local IP to connect from.
-type PathAddr struct {
-	Src string
-	Dst string
-}
+type PathAddr = rtrs.PathAddr
 
-// String returns "src@dst" or "dst", as RTRS names paths.
-func (a PathAddr) String() string {
-	if a.Src == "" {
-		return a.Dst
-	}
-	return a.Src + "@" + a.Dst
-}
-
-// Path states of a client path.
+// Path states of a client path (ClientPathInfo.State names them).
 const (
-	PathStateConnecting   int32 = iota // first connect
-	PathStateConnected                 // carries requests
-	PathStateReconnecting              // failed, reconnecting
-	PathStateDisconnected              // closed or given up
+	PathStateConnecting   = rtrs.PathStateConnecting
+	PathStateConnected    = rtrs.PathStateConnected
+	PathStateReconnecting = rtrs.PathStateReconnecting
+	PathStateDisconnected = rtrs.PathStateDisconnected
+	PathStateRemoved      = rtrs.PathStateRemoved
 )
 
-// PathStateName returns "connecting", "connected", ...
-func PathStateName(s int32) string {
-	switch s {
-	case PathStateConnecting:
-		return "connecting"
-	case PathStateConnected:
-		return "connected"
-	case PathStateReconnecting:
-		return "reconnecting"
-	case PathStateDisconnected:
-		return "disconnected"
-	}
-	return "unknown"
-}
+// PathStateName returns "connecting", "connected", ... (rtrs.PathStateName).
+func PathStateName(s int32) string { return rtrs.PathStateName(s) }
 
 // ClientConfig describes a client session.
 type ClientConfig struct {
@@ -101,7 +79,7 @@ type ClientConfig struct {
 type Client struct {
 	cfg       ClientConfig
 	params    Params
-	permits   *rtrs.Permits
+	queueSet  *rtrs.QueueSet // permits, shared by the queues
 	pathsUUID rtrs.UUID
 	region    []byte
 	ownRegion bool
@@ -113,7 +91,6 @@ type Client struct {
 	adopted bool
 	ready   chan struct{}
 	closed  atomic.Bool
-	starved atomic.Int32
 	wg      sync.WaitGroup
 }
 
@@ -163,30 +140,15 @@ func (p *clientPath) Latency() int64  { return p.rtt.Load() }
 // as the kernel client does) and returns the client with its queues, which
 // the caller runs (ClientQueue.Run).
 func DialClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
-	if err := rtrs.CheckSessName(cfg.SessName); err != nil {
-		return nil, err
-	}
-	if len(cfg.Paths) == 0 || len(cfg.Paths) > rtrs.MaxPathsNum {
-		return nil, fmt.Errorf("rtrs/rdmatr: %d paths: %w", len(cfg.Paths), syscall.EINVAL)
-	}
 	if cfg.Queues <= 0 {
 		cfg.Queues = runtime.NumCPU()
 	}
-	if cfg.Queues+1 > rtrs.MaxConnsPerPath {
-		return nil, fmt.Errorf("rtrs/rdmatr: %d queues: %w", cfg.Queues, syscall.EINVAL)
+	if err := rtrs.CheckClientSession(cfg.SessName, len(cfg.Paths), cfg.Queues+1, cfg.MaxReconnectAttempts); err != nil {
+		return nil, fmt.Errorf("rtrs/rdmatr client: %w", err)
 	}
-	if cfg.ReconnectDelay == 0 {
-		cfg.ReconnectDelay = rtrs.ReconnectBackoff
-	}
-	if cfg.HeartbeatInterval == 0 {
-		cfg.HeartbeatInterval = rtrs.HBInterval
-	}
-	if cfg.MissedHeartbeats == 0 {
-		cfg.MissedHeartbeats = rtrs.HBMissedMax
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = rtrs.ConnectTimeout
-	}
+	t := rtrs.ClientTimers{ReconnectDelay: cfg.ReconnectDelay, HeartbeatInterval: cfg.HeartbeatInterval,
+		MissedHeartbeats: cfg.MissedHeartbeats, Timeout: cfg.Timeout}.WithDefaults()
+	cfg.ReconnectDelay, cfg.HeartbeatInterval, cfg.MissedHeartbeats, cfg.Timeout = t.ReconnectDelay, t.HeartbeatInterval, t.MissedHeartbeats, t.Timeout
 	c := &Client{cfg: cfg, ready: make(chan struct{}), region: cfg.Region}
 	if c.region == nil {
 		if cfg.RegionSize <= 0 {
@@ -261,7 +223,7 @@ func (c *Client) Queues() int { return len(c.queues) }
 func (c *Client) Queue(i int) *ClientQueue { return c.queues[i] }
 
 // Permits returns the session's permit pool.
-func (c *Client) Permits() *rtrs.Permits { return c.permits }
+func (c *Client) Permits() *rtrs.Permits { return c.queueSet.Permits() }
 
 // ClientPathInfo is a snapshot of a client path.
 type ClientPathInfo struct {
@@ -307,13 +269,28 @@ func (c *Client) Close() error {
 		if q.started.Load() {
 			<-q.exited
 		}
-		unix.Close(q.wakeFD)
+		q.mbox.Close()
 	}
 	for _, p := range c.paths {
 		unix.Close(p.wakeFD)
 	}
 	c.freeMem()
 	return nil
+}
+
+// anyHope reports whether some path carries requests or may again.
+func (c *Client) anyHope() bool {
+	if c.closed.Load() {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.paths {
+		if rtrs.PathHasHope(p.state.Load()) {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *Client) closePaths() {
@@ -489,8 +466,8 @@ func (p *clientPath) connect() (_ *pathConns, err error) {
 			return pc, fmt.Errorf("rtrs/rdmatr: cid %d conn_rsp: %v: %w", cid, err, syscall.ECONNRESET)
 		}
 		if cid == 0 {
-			if pc.params, err = paramsFrom(&rsp); err != nil {
-				return pc, err
+			if pc.params, err = rsp.Params(); err != nil {
+				return pc, fmt.Errorf("rtrs/rdmatr: cid %d: %w", cid, err)
 			}
 		}
 	}
@@ -577,7 +554,7 @@ func (c *Client) adopt(pc *pathConns) (err error) {
 			c.mu.Unlock()
 			return err
 		}
-		c.permits = rtrs.NewPermits(qd)
+		c.queueSet = rtrs.NewQueueSet(rtrs.NewPermits(qd))
 		for i := 0; i < c.cfg.Queues; i++ {
 			q, err := newClientQueue(c, i)
 			if err != nil {

@@ -4,10 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"sync"
 	"sync/atomic"
 	"syscall"
-	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -17,72 +15,10 @@ import (
 	"github.com/urnbd/urnbd/uring"
 )
 
-// Request is one IO request of a client: a read or a write carrying a user
-// (RNBD) message. The caller owns it and may reuse it once Done has been
-// called; the client never allocates one.
-type Request struct {
-	// Write is true for a write (Data goes to the server), false for a read
-	// (the server's reply lands in Data, len(Data) bytes).
-	Write bool
-	// Usr is the user message, at most MaxHdrSize minus the RTRS header.
-	// It may live anywhere: it is copied into registered memory.
-	Usr []byte
-	// Data is the data to write or the buffer to read into; at most the
-	// session's MaxIOSize, and it must lie inside the client's registered
-	// Region (Client.Region). A read without data (a flush) has none.
-	Data []byte
-	// Done is called on the queue's thread when the request has ended:
-	// errno 0 or a negative errno from the server, or -ENOTCONN when no path
-	// could carry it. Make it once (a method value), not per request.
-	Done func(r *Request, errno int)
-	// Tag is the caller's.
-	Tag uint64
-
-	id        int      // permit (chunk index) while held, else -1
-	qc        *qconn   // connection carrying it, nil while waiting
-	next      *Request // in the waiting list
-	off       int      // offset of Data in the region
-	failovers int
-	start     int64
-}
-
-// Failovers returns how often the request was moved to another path.
-func (r *Request) Failovers() int { return r.failovers }
-
-// reqList is an intrusive FIFO of requests.
-type reqList struct{ head, tail *Request }
-
-func (l *reqList) push(r *Request) {
-	r.next = nil
-	if l.tail == nil {
-		l.head = r
-	} else {
-		l.tail.next = r
-	}
-	l.tail = r
-}
-
-func (l *reqList) pushFront(r *Request) {
-	r.next = l.head
-	l.head = r
-	if l.tail == nil {
-		l.tail = r
-	}
-}
-
-func (l *reqList) pop() *Request {
-	r := l.head
-	if r != nil {
-		l.head = r.next
-		if l.head == nil {
-			l.tail = nil
-		}
-		r.next = nil
-	}
-	return r
-}
-
-func (l *reqList) empty() bool { return l.head == nil }
+// Request is one IO request of a client (see rtrs.Request). Its Data must
+// lie inside the client's registered Region (Client.Region); the user
+// message may live anywhere, it is copied into registered memory.
+type Request = rtrs.Request
 
 // ClientQueue is one per-CPU queue of a client session: the requests
 // submitted on one thread go out on that queue's IO connection of the path
@@ -99,24 +35,16 @@ type ClientQueue struct {
 	policy rtrs.MPPolicy
 	rr     int
 
-	slots   []*qconn   // by path index
-	reqs    []*Request // by permit id: this queue's requests in flight
-	waiting reqList
-	dirty   []*qconn
-	wcs     []rdma.WC
-	onCQE   func(*uring.CQE)
+	slots []*qconn // by path index
+	reqs  *rtrs.RequestQueue[*qconn]
+	dirty []*qconn // connections with work requests to post at Flush
+	wcs   []rdma.WC
+	onCQE func(*uring.CQE)
+	onMsg func(qmsg)
+	mbox  *rtrs.Mailbox[qmsg]
 
-	starved atomic.Bool
-	kicked  atomic.Bool
 	started atomic.Bool
 	exited  chan struct{}
-
-	wakeFD  int
-	wakeBuf [8]byte
-	mu      sync.Mutex
-	mbox    []qmsg
-	spare   []qmsg
-	closed  bool
 }
 
 type qmsgKind int
@@ -162,15 +90,50 @@ const (
 )
 
 func newClientQueue(c *Client, id int) (*ClientQueue, error) {
-	fd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	mbox, err := rtrs.NewMailbox[qmsg]()
 	if err != nil {
-		return nil, fmt.Errorf("rtrs/rdmatr client queue %d: eventfd: %w", id, err)
+		return nil, fmt.Errorf("rtrs/rdmatr client queue %d: %w", id, err)
 	}
-	q := &ClientQueue{c: c, id: id, policy: c.cfg.Policy, wakeFD: fd, exited: make(chan struct{}),
-		reqs: make([]*Request, c.params.QueueDepth), wcs: make([]rdma.WC, 64)}
+	q := &ClientQueue{c: c, id: id, policy: c.cfg.Policy, mbox: mbox, exited: make(chan struct{}),
+		wcs: make([]rdma.WC, 64)}
+	q.reqs = rtrs.NewRequestQueue(c.queueSet, id, carrier{q})
 	q.onCQE = q.HandleCQE
+	q.onMsg = q.handleMsg
 	return q, nil
 }
+
+// carrier is the queue's transport half of its rtrs.RequestQueue.
+type carrier struct{ q *ClientQueue }
+
+func (k carrier) Pick(skip int) (*qconn, bool) {
+	q := k.q
+	i := rtrs.Select(q.policy, q.slots, &q.rr, skip)
+	if i < 0 {
+		return nil, false
+	}
+	return q.slots[i], true
+}
+
+// Send adds r's work request to qc's batch, posted at Flush or at once
+// when the batch is full.
+func (k carrier) Send(r *Request, qc *qconn) error {
+	q := k.q
+	if err := q.addWR(qc, r); err != nil {
+		return err
+	}
+	qc.path.stats.IncInflight()
+	if !qc.dirty {
+		qc.dirty = true
+		q.dirty = append(q.dirty, qc)
+	}
+	if qc.sb.Len() == qc.sb.Cap() {
+		q.flush(qc)
+	}
+	return nil
+}
+
+func (k carrier) Wake()      { k.q.mbox.Post(qmsg{kind: msgRetry}) }
+func (k carrier) Hope() bool { return k.q.c.anyHope() }
 
 // ID returns the queue's index.
 func (q *ClientQueue) ID() int { return q.id }
@@ -195,7 +158,7 @@ func (q *ClientQueue) Run(start func(q *ClientQueue)) error {
 	if start != nil {
 		start(q)
 	}
-	for !q.closed || q.busy() {
+	for !q.reqs.Closed() || q.busy() {
 		q.Flush()
 		if _, err := ring.SubmitAndWait(1); err != nil && !errors.Is(err, unix.EINTR) {
 			return fmt.Errorf("rtrs/rdmatr client queue %d: %w", q.id, err)
@@ -258,7 +221,7 @@ func (q *ClientQueue) sqe() *uring.SQE {
 }
 
 func (q *ClientQueue) armWake() {
-	q.sqe().PrepPollAdd(int32(q.wakeFD), unix.POLLIN, false, q.udBase|udWake)
+	q.sqe().PrepPollAdd(int32(q.mbox.Fd()), unix.POLLIN, false, q.udBase|udWake)
 }
 
 func (q *ClientQueue) armPoll(qc *qconn) {
@@ -266,13 +229,7 @@ func (q *ClientQueue) armPoll(qc *qconn) {
 	q.sqe().PrepPollAdd(int32(qc.cn.cc.Fd()), unix.POLLIN, false, q.udBase|udPoll|uint64(qc.slot))
 }
 
-func (q *ClientQueue) post(m qmsg) {
-	q.mu.Lock()
-	q.mbox = append(q.mbox, m)
-	q.mu.Unlock()
-	one := [8]byte{1}
-	unix.Write(q.wakeFD, one[:])
-}
+func (q *ClientQueue) post(m qmsg) { q.mbox.Post(m) }
 
 // Do runs fn on the queue's thread, soon. It may be called from any
 // goroutine; it is for control work, not for each request.
@@ -283,9 +240,9 @@ func (q *ClientQueue) HandleCQE(cqe *uring.CQE) {
 	ud := cqe.UserData
 	switch ud & udKind {
 	case udWake:
-		unix.Read(q.wakeFD, q.wakeBuf[:])
-		q.drainMailbox()
-		if !q.closed {
+		q.mbox.Drain(q.onMsg)
+		q.reqs.RetryWaiting()
+		if !q.reqs.Closed() {
 			q.armWake()
 		}
 	case udPoll:
@@ -296,36 +253,29 @@ func (q *ClientQueue) HandleCQE(cqe *uring.CQE) {
 	}
 }
 
-func (q *ClientQueue) drainMailbox() {
-	q.mu.Lock()
-	msgs := q.mbox
-	q.mbox = q.spare[:0]
-	q.mu.Unlock()
-	for _, m := range msgs {
-		switch m.kind {
-		case msgAttach:
-			q.attachConn(m.pc, m.cn)
-		case msgDetach:
-			if i := m.pc.p.idx; i < len(q.slots) {
-				if qc := q.slots[i]; qc != nil && qc.pc == m.pc {
-					q.fail(qc, "detached")
-				}
+// handleMsg handles a control message on the queue's thread.
+func (q *ClientQueue) handleMsg(m qmsg) {
+	switch m.kind {
+	case msgAttach:
+		q.attachConn(m.pc, m.cn)
+	case msgDetach:
+		if i := m.pc.p.idx; i < len(q.slots) {
+			if qc := q.slots[i]; qc != nil && qc.pc == m.pc {
+				q.fail(qc, "detached")
 			}
-		case msgPolicy:
-			q.policy = m.policy
-		case msgDo:
-			m.do(q)
-		case msgClose:
-			q.closed = true
-			for _, qc := range q.slots {
-				if qc != nil {
-					q.fail(qc, "client closed")
-				}
+		}
+	case msgPolicy:
+		q.policy = m.policy
+	case msgDo:
+		m.do(q)
+	case msgClose:
+		q.reqs.Close()
+		for _, qc := range q.slots {
+			if qc != nil {
+				q.fail(qc, "client closed")
 			}
 		}
 	}
-	q.spare = msgs[:0]
-	q.retryWaiting()
 }
 
 func (q *ClientQueue) attachConn(pc *pathConns, cn *conn) {
@@ -342,7 +292,7 @@ func (q *ClientQueue) attachConn(pc *pathConns, cn *conn) {
 			return
 		}
 	}
-	if pc.failed.Load() || q.closed {
+	if pc.failed.Load() || q.reqs.Closed() {
 		pc.attached.Done()
 		return
 	}
@@ -370,18 +320,10 @@ func (q *ClientQueue) Submit(r *Request) error {
 	if len(r.Usr)+rtrs.RdmaReadHdrSize+rtrs.SGDescSize > p.MaxHdrSize {
 		return fmt.Errorf("rtrs/rdmatr: user message of %d bytes too large for max_hdr_size %d: %w", len(r.Usr), p.MaxHdrSize, syscall.EINVAL)
 	}
-	r.off = 0
-	if len(r.Data) > 0 {
-		off, ok := regionOffset(q.c.region, r.Data)
-		if !ok {
-			return fmt.Errorf("rtrs/rdmatr: request data is not inside the registered region: %w", syscall.EINVAL)
-		}
-		r.off = off
+	if _, ok := regionOffset(q.c.region, r.Data); !ok {
+		return fmt.Errorf("rtrs/rdmatr: request data is not inside the registered region: %w", syscall.EINVAL)
 	}
-	r.id, r.qc, r.failovers, r.start = -1, nil, 0, nanotime()
-	if !q.waiting.empty() || !q.send(r, -1) {
-		q.waiting.push(r)
-	}
+	q.reqs.Submit(r)
 	return nil
 }
 
@@ -398,42 +340,6 @@ func regionOffset(region, b []byte) (int, bool) {
 	return int(p - base), true
 }
 
-// send takes a permit if r has none, picks a path (avoiding skip) and adds
-// r's work request to that connection's batch. It returns false if r must
-// wait.
-func (q *ClientQueue) send(r *Request, skip int) bool {
-	if r.id < 0 {
-		id, ok := q.c.permits.Get(q.id)
-		if !ok {
-			if !q.starved.Swap(true) {
-				q.c.starved.Add(1)
-			}
-			return false
-		}
-		r.id = id
-		q.reqs[id] = r
-	}
-	i := rtrs.Select(q.policy, q.slots, &q.rr, skip)
-	if i < 0 {
-		return false
-	}
-	qc := q.slots[i]
-	if err := q.addWR(qc, r); err != nil {
-		q.finish(r, -int(syscall.EINVAL))
-		return true
-	}
-	r.qc = qc
-	qc.path.stats.IncInflight()
-	if !qc.dirty {
-		qc.dirty = true
-		q.dirty = append(q.dirty, qc)
-	}
-	if qc.sb.Len() == qc.sb.Cap() {
-		q.flush(qc)
-	}
-	return true
-}
-
 // addWR builds r's header (user message + RTRS header) in its slot of the
 // registered header area and adds its RDMA-WRITE-with-IMM to qc's batch:
 // a write gathers [data, header] to the chunk base; a read writes only
@@ -443,7 +349,9 @@ func (q *ClientQueue) addWR(qc *qconn, r *Request) error {
 	c, pc := q.c, qc.pc
 	p := c.params
 	hs := p.MaxHdrSize
-	buf := c.hdr[r.id*hs : (r.id+1)*hs]
+	id := r.Permit()
+	off, _ := regionOffset(c.region, r.Data) // checked by Submit
+	buf := c.hdr[id*hs : (id+1)*hs]
 	n := copy(buf, r.Usr)
 	var l rtrs.IOLayout
 	var err error
@@ -466,7 +374,7 @@ func (q *ClientQueue) addWR(qc *qconn, r *Request) error {
 			return err
 		}
 		var desc [1]rtrs.SGDesc
-		desc[0] = rtrs.SGDesc{Addr: pc.regionMR.Addr() + uint64(r.off), Key: pc.regionMR.RKey(), Len: uint32(len(r.Data))}
+		desc[0] = rtrs.SGDesc{Addr: pc.regionMR.Addr() + uint64(off), Key: pc.regionMR.RKey(), Len: uint32(len(r.Data))}
 		m := rtrs.RdmaReadMsg{UsrLen: uint16(len(r.Usr)), Desc: desc[:sg]}
 		k, err := m.MarshalTo(buf[n:])
 		if err != nil {
@@ -474,16 +382,16 @@ func (q *ClientQueue) addWR(qc *qconn, r *Request) error {
 		}
 		n += k
 	}
-	imm, err := p.Codec.IOReq(uint32(r.id), l.HdrOff)
+	imm, err := p.Codec.IOReq(uint32(id), l.HdrOff)
 	if err != nil {
 		return err
 	}
-	ch := pc.chunks[r.id]
-	wr := rdma.SendWR{ID: uint64(r.id), Opcode: rdma.WRWriteWithImm, Imm: imm,
+	ch := pc.chunks[id]
+	wr := rdma.SendWR{ID: uint64(id), Opcode: rdma.WRWriteWithImm, Imm: imm,
 		RemoteAddr: ch.Addr + uint64(l.WriteOff), RKey: ch.RKey}
-	hdr := pc.hdrMR.SGE(r.id*hs, n)
+	hdr := pc.hdrMR.SGE(id*hs, n)
 	if r.Write && len(r.Data) > 0 {
-		return qc.sb.Add(wr, pc.regionMR.SGE(r.off, len(r.Data)), hdr)
+		return qc.sb.Add(wr, pc.regionMR.SGE(off, len(r.Data)), hdr)
 	}
 	return qc.sb.Add(wr, hdr)
 }
@@ -590,67 +498,11 @@ func (q *ClientQueue) onWC(qc *qconn, wc *rdma.WC) {
 		}
 		qc.pc.chunks[m.BufID].RKey = rk.RKey
 	}
-	r := q.reqs[m.BufID]
-	if r == nil || r.qc != qc {
+	r, via := q.reqs.InFlight(m.BufID)
+	if r == nil || via != qc {
 		return // an answer on a path we already failed over from
 	}
-	q.complete(r, m.Errno)
-}
-
-func (q *ClientQueue) complete(r *Request, errno int) {
-	st := r.qc.path.stats
-	st.DecInflight()
-	n := uint64(len(r.Usr) + len(r.Data))
-	lat := time.Duration(nanotime() - r.start)
-	if r.Write {
-		st.RecordWrite(q.id, n)
-		st.RecordWriteLatency(q.id, lat)
-	} else {
-		st.RecordRead(q.id, n)
-		st.RecordReadLatency(q.id, lat)
-	}
-	q.finish(r, errno)
-}
-
-// finish returns r's permit and calls Done; then a waiting request may go.
-func (q *ClientQueue) finish(r *Request, errno int) {
-	if r.id >= 0 {
-		q.reqs[r.id] = nil
-		q.c.permits.Put(r.id)
-		r.id = -1
-		if q.c.starved.Load() > 0 {
-			q.c.kickStarved(q)
-		}
-	}
-	r.qc = nil
-	r.Done(r, errno)
-	q.retryWaiting()
-}
-
-func (c *Client) kickStarved(from *ClientQueue) {
-	for _, o := range c.queues {
-		if o != from && o.starved.Load() && !o.kicked.Swap(true) {
-			o.post(qmsg{kind: msgRetry})
-		}
-	}
-}
-
-func (q *ClientQueue) retryWaiting() {
-	q.kicked.Store(false)
-	for r := q.waiting.pop(); r != nil; r = q.waiting.pop() {
-		if !q.send(r, -1) {
-			q.waiting.pushFront(r)
-			break
-		}
-	}
-	if !q.waiting.empty() && q.closed {
-		for r := q.waiting.pop(); r != nil; r = q.waiting.pop() {
-			q.finish(r, -int(syscall.ENOTCONN))
-		}
-	}
-	if q.waiting.empty() && q.starved.Swap(false) {
-		q.c.starved.Add(-1)
-	}
+	q.reqs.Complete(r, m.Errno, qc.path.stats)
 }
 
 // fail takes a connection out of service: its requests fail over to
@@ -663,18 +515,7 @@ func (q *ClientQueue) fail(qc *qconn, why string) {
 	qc.dead = true
 	qc.sb.Reset()
 	qc.pc.fail("queue %d: %s", q.id, why)
-	for _, r := range q.reqs {
-		if r == nil || r.qc != qc {
-			continue
-		}
-		qc.path.stats.DecInflight()
-		qc.path.stats.RecordFailover(q.id)
-		r.qc = nil
-		r.failovers++
-		if !q.send(r, qc.slot) {
-			q.waiting.push(r)
-		}
-	}
+	q.reqs.FailOver(qc, qc.slot, qc.path.stats)
 	if qc.pollOn {
 		q.sqe().PrepPollRemove(q.udBase|udPoll|uint64(qc.slot), q.udBase|udCancel)
 	}
@@ -694,7 +535,3 @@ func (q *ClientQueue) reap(qc *qconn) {
 	}
 	qc.pc.attached.Done()
 }
-
-var startTime = time.Now()
-
-func nanotime() int64 { return int64(time.Since(startTime)) }

@@ -13,39 +13,7 @@ import (
 )
 
 // Params are the session parameters a server announced in its ConnRsp.
-type Params struct {
-	QueueDepth int
-	MaxIOSize  int
-	MaxHdrSize int
-	// ChunkSize is MaxIOSize + MaxHdrSize.
-	ChunkSize int
-	Flags     uint32
-	// Codec encodes and checks immediates for these parameters.
-	Codec rtrs.ImmCodec
-}
-
-// paramsFrom validates an accepting ConnRsp and derives the parameters.
-func paramsFrom(rsp *rtrs.ConnRsp) (Params, error) {
-	chunk, err := rsp.ChunkSize()
-	if err != nil {
-		return Params{}, err
-	}
-	if rsp.MaxHdrSize == 0 || chunk > 1<<rtrs.ImmPayloadBits {
-		return Params{}, fmt.Errorf("rtrs/rdmatr conn_rsp: max_hdr_size %d, chunk size %d: %w", rsp.MaxHdrSize, chunk, rtrs.ErrOutOfRange)
-	}
-	codec, err := rtrs.NewImmCodec(int(rsp.QueueDepth), int(chunk))
-	if err != nil {
-		return Params{}, fmt.Errorf("rtrs/rdmatr conn_rsp: %w", err)
-	}
-	return Params{
-		QueueDepth: int(rsp.QueueDepth),
-		MaxIOSize:  int(rsp.MaxIOSize),
-		MaxHdrSize: int(rsp.MaxHdrSize),
-		ChunkSize:  int(chunk),
-		Flags:      rsp.Flags,
-		Codec:      codec,
-	}, nil
-}
+type Params = rtrs.Params
 
 // recvSlot is the size of one receive buffer: room for an RKEY_RSP, the
 // only SEND payload a server may deliver on an IO connection (and only

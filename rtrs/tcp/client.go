@@ -34,39 +34,7 @@ type PathConfig struct {
 }
 
 // Params are the session parameters a server announced in its ConnRsp.
-type Params struct {
-	QueueDepth int
-	MaxIOSize  int
-	MaxHdrSize int
-	// ChunkSize is MaxIOSize + MaxHdrSize.
-	ChunkSize int
-	Flags     uint32
-	// Codec encodes and checks immediates for these parameters.
-	Codec rtrs.ImmCodec
-}
-
-// paramsFrom validates an accepting ConnRsp and derives the parameters.
-func paramsFrom(rsp *rtrs.ConnRsp) (Params, error) {
-	chunk, err := rsp.ChunkSize()
-	if err != nil {
-		return Params{}, err
-	}
-	if rsp.MaxHdrSize == 0 || chunk > 1<<rtrs.ImmPayloadBits {
-		return Params{}, fmt.Errorf("rtrs/tcp conn_rsp: max_hdr_size %d, chunk size %d: %w", rsp.MaxHdrSize, chunk, rtrs.ErrOutOfRange)
-	}
-	codec, err := rtrs.NewImmCodec(int(rsp.QueueDepth), int(chunk))
-	if err != nil {
-		return Params{}, fmt.Errorf("rtrs/tcp conn_rsp: %w", err)
-	}
-	return Params{
-		QueueDepth: int(rsp.QueueDepth),
-		MaxIOSize:  int(rsp.MaxIOSize),
-		MaxHdrSize: int(rsp.MaxHdrSize),
-		ChunkSize:  int(chunk),
-		Flags:      rsp.Flags,
-		Codec:      codec,
-	}, nil
-}
+type Params = rtrs.Params
 
 // ClientConn is one established client connection of a path.
 type ClientConn struct {
@@ -133,7 +101,7 @@ func (c *ClientConn) connect(ctx context.Context, req *rtrs.ConnReq) (Params, er
 		}
 		return Params{}, &RejectError{CID: req.CID, Errno: syscall.Errno(-e)}
 	}
-	p, err := paramsFrom(&rsp)
+	p, err := rsp.Params()
 	if err != nil {
 		return Params{}, fmt.Errorf("rtrs/tcp: cid %d: %w", req.CID, err)
 	}

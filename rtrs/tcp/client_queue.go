@@ -4,10 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"sync"
-	"sync/atomic"
 	"syscall"
-	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -29,24 +26,14 @@ type ClientQueue struct {
 	policy rtrs.MPPolicy
 	rr     int
 
-	slots   []*qconn   // by path index; nil where the path has no connection here
-	reqs    []*Request // by permit id: this queue's requests in flight
-	scratch []byte     // per permit id: frame header, user message, RTRS header
-	waiting reqList    // requests without a permit or a usable path
-	dirty   []*qconn   // connections with frames to write at Flush
+	slots   []*qconn // by path index; nil where the path has no connection here
+	reqs    *rtrs.RequestQueue[*qconn]
+	frames  []sendFrame // by permit id: the frame of the request holding it
+	scratch []byte      // per permit id: frame header, user message, RTRS header
+	dirty   []*qconn    // connections with frames to write at Flush
 	onCQE   func(*uring.CQE)
-
-	// starved is set while requests wait for a permit; another queue that
-	// returns a permit then kicks this one (once, until it has run).
-	starved atomic.Bool
-	kicked  atomic.Bool
-
-	wakeFD  int
-	wakeBuf [8]byte
-	mu      sync.Mutex // guards mbox; taken on control events only
-	mbox    []qmsg
-	spare   []qmsg
-	closed  bool
+	onMsg   func(qmsg)
+	mbox    *rtrs.Mailbox[qmsg]
 }
 
 type qmsgKind int
@@ -77,7 +64,7 @@ type qconn struct {
 	fd     int
 	dec    *Decoder
 	rbuf   []byte
-	sendq  reqList
+	sendq  rtrs.ReqList
 	iov    [64]unix.Iovec
 	dirty  bool // queued in q.dirty, to be flushed
 	recvOn bool // a RECV is in the ring
@@ -94,19 +81,50 @@ const (
 )
 
 func newClientQueue(c *Client, id int) (*ClientQueue, error) {
-	fd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	mbox, err := rtrs.NewMailbox[qmsg]()
 	if err != nil {
-		return nil, fmt.Errorf("rtrs/tcp client queue %d: eventfd: %w", id, err)
+		return nil, fmt.Errorf("rtrs/tcp client queue %d: %w", id, err)
 	}
 	qd := c.params.QueueDepth
 	stride := HeaderSize + c.params.MaxHdrSize
 	q := &ClientQueue{
-		c: c, id: id, policy: c.cfg.Policy, wakeFD: fd,
-		reqs: make([]*Request, qd), scratch: make([]byte, qd*stride),
+		c: c, id: id, policy: c.cfg.Policy, mbox: mbox,
+		frames: make([]sendFrame, qd), scratch: make([]byte, qd*stride),
 	}
+	q.reqs = rtrs.NewRequestQueue(c.queueSet, id, carrier{q})
 	q.onCQE = q.HandleCQE
+	q.onMsg = q.handleMsg
 	return q, nil
 }
+
+// carrier is the queue's transport half of its rtrs.RequestQueue.
+type carrier struct{ q *ClientQueue }
+
+func (k carrier) Pick(skip int) (*qconn, bool) {
+	q := k.q
+	i := rtrs.Select(q.policy, q.slots, &q.rr, skip)
+	if i < 0 {
+		return nil, false
+	}
+	return q.slots[i], true
+}
+
+func (k carrier) Send(r *Request, qc *qconn) error {
+	q := k.q
+	if err := q.buildFrame(r); err != nil {
+		return err
+	}
+	qc.path.stats.IncInflight()
+	qc.sendq.Push(r)
+	if !qc.dirty && !qc.pollOn {
+		qc.dirty = true
+		q.dirty = append(q.dirty, qc)
+	}
+	return nil
+}
+
+func (k carrier) Wake()      { k.q.mbox.Post(qmsg{kind: msgRetry}) }
+func (k carrier) Hope() bool { return k.q.c.anyHope() }
 
 // ID returns the queue's index.
 func (q *ClientQueue) ID() int { return q.id }
@@ -130,7 +148,7 @@ func (q *ClientQueue) Run(start func(q *ClientQueue)) error {
 	if start != nil {
 		start(q)
 	}
-	for !q.closed {
+	for !q.reqs.Closed() {
 		q.Flush()
 		if _, err := ring.SubmitAndWait(1); err != nil {
 			return fmt.Errorf("rtrs/tcp client queue %d: %w", q.id, err)
@@ -161,7 +179,7 @@ func (q *ClientQueue) Attach(ring *uring.Ring, base uint64) {
 			continue
 		}
 		q.armRecv(qc)
-		if qc.sendq.head != nil && !qc.dirty {
+		if !qc.sendq.Empty() && !qc.dirty {
 			qc.dirty = true
 			q.dirty = append(q.dirty, qc)
 		}
@@ -186,16 +204,10 @@ func (q *ClientQueue) sqe() *uring.SQE {
 }
 
 func (q *ClientQueue) armWake() {
-	q.sqe().PrepPollAdd(int32(q.wakeFD), unix.POLLIN, false, q.udBase|udWake)
+	q.sqe().PrepPollAdd(int32(q.mbox.Fd()), unix.POLLIN, false, q.udBase|udWake)
 }
 
-func (q *ClientQueue) post(m qmsg) {
-	q.mu.Lock()
-	q.mbox = append(q.mbox, m)
-	q.mu.Unlock()
-	one := [8]byte{1}
-	unix.Write(q.wakeFD, one[:])
-}
+func (q *ClientQueue) post(m qmsg) { q.mbox.Post(m) }
 
 // Do runs fn on the queue's thread, soon. It may be called from any
 // goroutine; it is for control work, not for each request.
@@ -206,9 +218,9 @@ func (q *ClientQueue) HandleCQE(cqe *uring.CQE) {
 	ud := cqe.UserData
 	switch ud & udKind {
 	case udWake:
-		unix.Read(q.wakeFD, q.wakeBuf[:])
-		q.drainMailbox()
-		if !q.closed {
+		q.mbox.Drain(q.onMsg)
+		q.reqs.RetryWaiting()
+		if !q.reqs.Closed() {
 			q.armWake()
 		}
 	case udRecv:
@@ -235,36 +247,29 @@ func (q *ClientQueue) slotConn(ud uint64) *qconn {
 	return nil
 }
 
-func (q *ClientQueue) drainMailbox() {
-	q.mu.Lock()
-	msgs := q.mbox
-	q.mbox = q.spare[:0]
-	q.mu.Unlock()
-	for _, m := range msgs {
-		switch m.kind {
-		case msgAttach:
-			q.attachConn(m.path, m.fd)
-		case msgDetach:
-			if m.path.idx < len(q.slots) {
-				if qc := q.slots[m.path.idx]; qc != nil && qc.path == m.path {
-					q.fail(qc)
-				}
+// handleMsg handles a control message on the queue's thread.
+func (q *ClientQueue) handleMsg(m qmsg) {
+	switch m.kind {
+	case msgAttach:
+		q.attachConn(m.path, m.fd)
+	case msgDetach:
+		if m.path.idx < len(q.slots) {
+			if qc := q.slots[m.path.idx]; qc != nil && qc.path == m.path {
+				q.fail(qc)
 			}
-		case msgPolicy:
-			q.policy = m.policy
-		case msgDo:
-			m.do(q)
-		case msgClose:
-			q.closed = true
-			for _, qc := range q.slots {
-				if qc != nil {
-					q.fail(qc)
-				}
+		}
+	case msgPolicy:
+		q.policy = m.policy
+	case msgDo:
+		m.do(q)
+	case msgClose:
+		q.reqs.Close()
+		for _, qc := range q.slots {
+			if qc != nil {
+				q.fail(qc)
 			}
 		}
 	}
-	q.spare = msgs[:0]
-	q.retryWaiting()
 }
 
 func (q *ClientQueue) attachConn(p *clientPath, fd int) {
@@ -304,44 +309,8 @@ func (q *ClientQueue) Submit(r *Request) error {
 	if len(r.Usr)+rtrs.RdmaReadHdrSize+rtrs.SGDescSize > p.MaxHdrSize {
 		return fmt.Errorf("rtrs/tcp: user message of %d bytes too large for max_hdr_size %d: %w", len(r.Usr), p.MaxHdrSize, syscall.EINVAL)
 	}
-	r.id, r.qc, r.failovers, r.start = -1, nil, 0, nanotime()
-	if !q.waiting.empty() || !q.send(r, -1) {
-		q.waiting.push(r)
-	}
+	q.reqs.Submit(r)
 	return nil
-}
-
-// send takes a permit if r has none, picks a path (avoiding skip) and
-// queues r's frame on its connection. It returns false if r must wait.
-func (q *ClientQueue) send(r *Request, skip int) bool {
-	if r.id < 0 {
-		id, ok := q.c.permits.Get(q.id)
-		if !ok {
-			if !q.starved.Swap(true) {
-				q.c.starved.Add(1)
-			}
-			return false
-		}
-		r.id = id
-		q.reqs[id] = r
-	}
-	i := rtrs.Select(q.policy, q.slots, &q.rr, skip)
-	if i < 0 {
-		return false
-	}
-	qc := q.slots[i]
-	if err := q.buildFrame(r); err != nil {
-		q.finish(r, -int(syscall.EINVAL))
-		return true
-	}
-	r.qc, r.sent = qc, 0
-	qc.path.stats.IncInflight()
-	qc.sendq.push(r)
-	if !qc.dirty && !qc.pollOn {
-		qc.dirty = true
-		q.dirty = append(q.dirty, qc)
-	}
-	return true
 }
 
 // buildFrame lays out r's frame in its scratch slot: header, then for a
@@ -350,7 +319,9 @@ func (q *ClientQueue) send(r *Request, skip int) bool {
 func (q *ClientQueue) buildFrame(r *Request) error {
 	p := q.c.params
 	stride := HeaderSize + p.MaxHdrSize
-	buf := q.scratch[r.id*stride : (r.id+1)*stride]
+	id := r.Permit()
+	buf := q.scratch[id*stride : (id+1)*stride]
+	f := &q.frames[id]
 	tail := buf[HeaderSize:]
 	n := copy(tail, r.Usr)
 	var l rtrs.IOLayout
@@ -365,7 +336,7 @@ func (q *ClientQueue) buildFrame(r *Request) error {
 			return err
 		}
 		n += k
-		r.parts[0], r.parts[1], r.parts[2] = buf[:HeaderSize], r.Data, tail[:n]
+		f.parts[0], f.parts[1], f.parts[2] = buf[:HeaderSize], r.Data, tail[:n]
 	} else {
 		sg := 0
 		if len(r.Data) > 0 {
@@ -382,14 +353,14 @@ func (q *ClientQueue) buildFrame(r *Request) error {
 			return err
 		}
 		n += k
-		r.parts[0], r.parts[1], r.parts[2] = buf[:HeaderSize+n], nil, nil
+		f.parts[0], f.parts[1], f.parts[2] = buf[:HeaderSize+n], nil, nil
 	}
-	h, err := IOReqHeader(p.Codec, uint32(r.id), l)
+	h, err := IOReqHeader(p.Codec, uint32(id), l)
 	if err != nil {
 		return err
 	}
 	h.MarshalTo(buf[:HeaderSize])
-	r.frameLen = HeaderSize + int(l.WriteLen)
+	f.len, f.sent = HeaderSize+int(l.WriteLen), 0
 	return nil
 }
 
@@ -413,10 +384,10 @@ func (q *ClientQueue) Flush() {
 // flush writes queued frames until the socket is full (then a POLLOUT is
 // armed) or the queue is empty.
 func (q *ClientQueue) flush(qc *qconn) {
-	for qc.sendq.head != nil {
+	for !qc.sendq.Empty() {
 		n := 0
-		for r := qc.sendq.head; r != nil && n+len(r.parts) <= len(qc.iov); r = r.next {
-			n += r.iovecs((*[3]unix.Iovec)(qc.iov[n : n+3]))
+		for r := qc.sendq.Front(); r != nil && n+3 <= len(qc.iov); r = qc.sendq.After(r) {
+			n += q.frames[r.Permit()].iovecs((*[3]unix.Iovec)(qc.iov[n : n+3]))
 		}
 		w, _, errno := unix.Syscall(unix.SYS_WRITEV, uintptr(qc.fd), uintptr(unsafe.Pointer(&qc.iov[0])), uintptr(n))
 		switch {
@@ -431,12 +402,12 @@ func (q *ClientQueue) flush(qc *qconn) {
 			return
 		}
 		for left := int(w); left > 0; {
-			r := qc.sendq.head
-			k := min(left, r.frameLen-r.sent)
-			r.sent += k
+			f := &q.frames[qc.sendq.Front().Permit()]
+			k := min(left, f.len-f.sent)
+			f.sent += k
 			left -= k
-			if r.sent == r.frameLen {
-				qc.sendq.pop()
+			if f.sent == f.len {
+				qc.sendq.Pop()
 			}
 		}
 	}
@@ -476,85 +447,27 @@ func (q *ClientQueue) onRecv(qc *qconn, res int32) {
 		if f.Imm.Type != rtrs.ImmIORsp {
 			continue // heartbeats are the service connection's business
 		}
-		r := q.reqs[f.Imm.BufID]
-		if r == nil || r.qc != qc {
+		r, via := q.reqs.InFlight(f.Imm.BufID)
+		if r == nil || via != qc {
 			q.fail(qc) // an answer to nothing we sent here
 			return
 		}
-		if f.Imm.Errno == 0 && !r.Write && int(f.Len) != len(r.Data) {
-			q.complete(r, -int(syscall.EIO))
-			continue
+		errno := f.Imm.Errno
+		if errno == 0 && !r.Write && int(f.Len) != len(r.Data) {
+			errno = -int(syscall.EIO)
 		}
-		q.complete(r, f.Imm.Errno)
+		q.reqs.Complete(r, errno, qc.path.stats)
 	}
 	q.armRecv(qc)
 }
 
 // Place implements Placer: a read's data goes straight into its buffer.
 func (qc *qconn) Place(f *Frame) ([]byte, error) {
-	r := qc.q.reqs[f.Imm.BufID]
-	if r == nil || r.Write || r.qc != qc || int(f.Len) > len(r.Data) {
+	r, via := qc.q.reqs.InFlight(f.Imm.BufID)
+	if r == nil || r.Write || via != qc || int(f.Len) > len(r.Data) {
 		return nil, fmt.Errorf("rtrs/tcp: %d bytes of read data for request %d: %w", f.Len, f.Imm.BufID, rtrs.ErrOutOfRange)
 	}
 	return r.Data[:f.Len], nil
-}
-
-func (q *ClientQueue) complete(r *Request, errno int) {
-	st := r.qc.path.stats
-	st.DecInflight()
-	n := uint64(len(r.Usr) + len(r.Data))
-	lat := time.Duration(nanotime() - r.start)
-	if r.Write {
-		st.RecordWrite(q.id, n)
-		st.RecordWriteLatency(q.id, lat)
-	} else {
-		st.RecordRead(q.id, n)
-		st.RecordReadLatency(q.id, lat)
-	}
-	q.finish(r, errno)
-}
-
-// finish returns r's permit and calls Done; then a waiting request may go.
-func (q *ClientQueue) finish(r *Request, errno int) {
-	if r.id >= 0 {
-		q.reqs[r.id] = nil
-		q.c.permits.Put(r.id)
-		r.id = -1
-		if q.c.starved.Load() > 0 {
-			q.c.kickStarved(q)
-		}
-	}
-	r.qc = nil
-	r.Done(r, errno)
-	q.retryWaiting()
-}
-
-// kickStarved wakes the queues (other than from) whose requests wait for a
-// permit. Only under permit exhaustion, so not on the common path.
-func (c *Client) kickStarved(from *ClientQueue) {
-	for _, o := range c.queues {
-		if o != from && o.starved.Load() && !o.kicked.Swap(true) {
-			o.post(qmsg{kind: msgRetry})
-		}
-	}
-}
-
-func (q *ClientQueue) retryWaiting() {
-	q.kicked.Store(false)
-	for r := q.waiting.pop(); r != nil; r = q.waiting.pop() {
-		if !q.send(r, -1) {
-			q.waiting.pushFront(r)
-			break
-		}
-	}
-	if !q.waiting.empty() && (q.closed || !q.c.anyHope()) {
-		for r := q.waiting.pop(); r != nil; r = q.waiting.pop() {
-			q.finish(r, -int(syscall.ENOTCONN))
-		}
-	}
-	if q.waiting.empty() && q.starved.Swap(false) {
-		q.c.starved.Add(-1)
-	}
 }
 
 // fail takes a connection out of service: its requests fail over to
@@ -567,19 +480,8 @@ func (q *ClientQueue) fail(qc *qconn) {
 	qc.dead = true
 	unix.Shutdown(qc.fd, unix.SHUT_RDWR)
 	qc.path.report(cmdFailed)
-	for _, r := range q.reqs {
-		if r == nil || r.qc != qc {
-			continue
-		}
-		qc.path.stats.DecInflight()
-		qc.path.stats.RecordFailover(q.id)
-		r.qc = nil
-		r.failovers++
-		if !q.send(r, qc.slot) {
-			q.waiting.push(r)
-		}
-	}
-	qc.sendq = reqList{}
+	qc.sendq.Clear()
+	q.reqs.FailOver(qc, qc.slot, qc.path.stats)
 	q.reap(qc)
 }
 
@@ -594,7 +496,3 @@ func (q *ClientQueue) reap(qc *qconn) {
 		q.slots[qc.slot] = nil
 	}
 }
-
-var startTime = time.Now()
-
-func nanotime() int64 { return int64(time.Since(startTime)) }

@@ -50,44 +50,19 @@ type ClientConfig struct {
 
 // PathAddr is one path: Dst is the server's "host:port", Src optionally
 // the local IP to connect from.
-type PathAddr struct {
-	Src string
-	Dst string
-}
+type PathAddr = rtrs.PathAddr
 
-// String returns "src@dst" or "dst", as RTRS names paths.
-func (a PathAddr) String() string {
-	if a.Src == "" {
-		return a.Dst
-	}
-	return a.Src + "@" + a.Dst
-}
-
-// Path states of a client path.
+// Path states of a client path (ClientPathInfo.State names them).
 const (
-	PathStateConnecting   int32 = iota // first connect
-	PathStateConnected                 // carries requests
-	PathStateReconnecting              // failed, reconnecting
-	PathStateDisconnected              // disconnected by the user or given up
-	PathStateRemoved                   // removed from the session
+	PathStateConnecting   = rtrs.PathStateConnecting
+	PathStateConnected    = rtrs.PathStateConnected
+	PathStateReconnecting = rtrs.PathStateReconnecting
+	PathStateDisconnected = rtrs.PathStateDisconnected
+	PathStateRemoved      = rtrs.PathStateRemoved
 )
 
-// PathStateName returns "connecting", "connected", ...
-func PathStateName(s int32) string {
-	switch s {
-	case PathStateConnecting:
-		return "connecting"
-	case PathStateConnected:
-		return "connected"
-	case PathStateReconnecting:
-		return "reconnecting"
-	case PathStateDisconnected:
-		return "disconnected"
-	case PathStateRemoved:
-		return "removed"
-	}
-	return "unknown"
-}
+// PathStateName returns "connecting", "connected", ... (rtrs.PathStateName).
+func PathStateName(s int32) string { return rtrs.PathStateName(s) }
 
 // Client is an RTRS client session over TCP: its paths, each with one IO
 // connection per queue, and the queues that carry requests.
@@ -95,9 +70,8 @@ type Client struct {
 	cfg       ClientConfig
 	pathsUUID rtrs.UUID
 	params    Params
-	permits   *rtrs.Permits
+	queueSet  *rtrs.QueueSet // permits, shared by the queues
 	queues    []*ClientQueue
-	starved   atomic.Int32 // queues whose requests wait for a permit
 
 	mu     sync.Mutex // control plane: paths, closing
 	paths  []*clientPath
@@ -161,33 +135,18 @@ func (cfg *ClientConfig) nqueues() int {
 }
 
 func (cfg *ClientConfig) setDefaults() error {
-	if err := rtrs.CheckSessName(cfg.SessName); err != nil {
-		return fmt.Errorf("rtrs/tcp client: %w", err)
-	}
-	if len(cfg.Paths) == 0 || len(cfg.Paths) > rtrs.MaxPathsNum {
-		return fmt.Errorf("rtrs/tcp client: %d paths, want 1..%d: %w", len(cfg.Paths), rtrs.MaxPathsNum, syscall.EINVAL)
-	}
 	if cfg.Queues == 0 {
 		cfg.Queues = runtime.NumCPU()
 	}
-	if cfg.Queues < 1 || cfg.nqueues()+1 > rtrs.MaxConnsPerPath {
+	if cfg.Queues < 1 {
 		return fmt.Errorf("rtrs/tcp client: %d queues: %w", cfg.Queues, syscall.EINVAL)
 	}
-	if cfg.MaxReconnectAttempts < -1 || cfg.MaxReconnectAttempts > 9999 {
-		return fmt.Errorf("rtrs/tcp client: max_reconnect_attempts %d, want -1..9999: %w", cfg.MaxReconnectAttempts, syscall.EINVAL)
+	if err := rtrs.CheckClientSession(cfg.SessName, len(cfg.Paths), cfg.nqueues()+1, cfg.MaxReconnectAttempts); err != nil {
+		return fmt.Errorf("rtrs/tcp client: %w", err)
 	}
-	if cfg.ReconnectDelay == 0 {
-		cfg.ReconnectDelay = rtrs.ReconnectBackoff
-	}
-	if cfg.HeartbeatInterval == 0 {
-		cfg.HeartbeatInterval = rtrs.HBInterval
-	}
-	if cfg.MissedHeartbeats == 0 {
-		cfg.MissedHeartbeats = rtrs.HBMissedMax
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = rtrs.ConnectTimeout
-	}
+	t := rtrs.ClientTimers{ReconnectDelay: cfg.ReconnectDelay, HeartbeatInterval: cfg.HeartbeatInterval,
+		MissedHeartbeats: cfg.MissedHeartbeats, Timeout: cfg.Timeout}.WithDefaults()
+	cfg.ReconnectDelay, cfg.HeartbeatInterval, cfg.MissedHeartbeats, cfg.Timeout = t.ReconnectDelay, t.HeartbeatInterval, t.MissedHeartbeats, t.Timeout
 	return nil
 }
 
@@ -204,7 +163,7 @@ func DialClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	var conns [][]*ClientConn
 	for i, a := range cfg.Paths {
 		p := c.newPath(i, a)
-		cp, err := p.dial(ctx, i == 0 || c.permits != nil)
+		cp, err := p.dial(ctx, i == 0 || c.queueSet != nil)
 		if err != nil {
 			if first == nil {
 				first = err
@@ -212,16 +171,16 @@ func DialClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 			conns = append(conns, nil)
 			continue
 		}
-		if c.permits == nil {
+		if c.queueSet == nil {
 			c.params = cp.Params
-			c.permits = rtrs.NewPermits(cp.Params.QueueDepth)
+			c.queueSet = rtrs.NewQueueSet(rtrs.NewPermits(cp.Params.QueueDepth))
 		} else if cp.Params != c.params {
 			cp.Close()
 			return nil, c.abort(fmt.Errorf("rtrs/tcp client: path %s announced %+v, the first path %+v: %w", a, cp.Params, c.params, syscall.EPROTO))
 		}
 		conns = append(conns, cp.Conns)
 	}
-	if c.permits == nil {
+	if c.queueSet == nil {
 		return nil, c.abort(fmt.Errorf("rtrs/tcp client: no path connected: %w", first))
 	}
 	for i := 0; i < cfg.nqueues(); i++ {
@@ -272,7 +231,7 @@ func (c *Client) Admin() *ClientQueue {
 
 // Permits returns the session's permit pool (its in-use count is the
 // session's requests in flight).
-func (c *Client) Permits() *rtrs.Permits { return c.permits }
+func (c *Client) Permits() *rtrs.Permits { return c.queueSet.Permits() }
 
 // SetPolicy changes the multipath policy.
 func (c *Client) SetPolicy(p rtrs.MPPolicy) {
@@ -389,8 +348,7 @@ func (c *Client) anyHope() bool {
 		return false
 	}
 	for _, p := range c.paths {
-		switch p.state.Load() {
-		case PathStateConnected, PathStateConnecting, PathStateReconnecting:
+		if rtrs.PathHasHope(p.state.Load()) {
 			return true
 		}
 	}

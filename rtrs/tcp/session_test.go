@@ -404,23 +404,14 @@ func TestSessionFailoverWhenPathDies(t *testing.T) {
 		for i := 0; i < c.Queues(); i++ {
 			ch := make(chan string, 1)
 			c.Queue(i).Do(func(q *ClientQueue) {
-				n := 0
-				for r := q.waiting.head; r != nil; r = r.next {
-					n++
-				}
 				st := ""
 				for _, qc := range q.slots {
 					if qc != nil {
-						st += fmt.Sprintf("[slot %d dead %v recv %v poll %v sendq %v]", qc.slot, qc.dead, qc.recvOn, qc.pollOn, qc.sendq.head != nil)
+						st += fmt.Sprintf("[slot %d dead %v recv %v poll %v sendq %v]", qc.slot, qc.dead, qc.recvOn, qc.pollOn, !qc.sendq.Empty())
 					}
 				}
-				inflight := 0
-				for _, r := range q.reqs {
-					if r != nil {
-						inflight++
-					}
-				}
-				ch <- fmt.Sprintf(" q%d waiting %d inflight %d starved %v %s;", q.id, n, inflight, q.starved.Load(), st)
+				n, inflight, starved := q.reqs.Counts()
+				ch <- fmt.Sprintf(" q%d waiting %d inflight %d starved %v %s;", q.id, n, inflight, starved, st)
 			})
 			select {
 			case s := <-ch:

@@ -1,0 +1,40 @@
+package rtrs
+
+// Request is one IO request of a client session, on any transport: a read
+// or a write carrying a user (RNBD) message. The caller owns it and may
+// reuse it once Done has been called; the client never allocates one.
+//
+// The transports (rtrs/tcp, rtrs/rdmatr) export it under their own name
+// (tcp.Request, rdmatr.Request) and add their own rules for Data.
+type Request struct {
+	// Write is true for a write (Data goes to the server), false for a read
+	// (the server's reply lands in Data, len(Data) bytes).
+	Write bool
+	// Usr is the user message, at most MaxHdrSize minus the RTRS header.
+	// It may live anywhere: the transport copies it.
+	Usr []byte
+	// Data is the data to write or the buffer to read into; at most the
+	// session's MaxIOSize (over RDMA it must lie inside the client's
+	// registered region). A read without data (a flush) has none.
+	Data []byte
+	// Done is called on the queue's thread when the request has ended:
+	// errno 0 or a negative errno from the server, or -ENOTCONN when no path
+	// could carry it. Make it once (a method value), not per request.
+	Done func(r *Request, errno int)
+	// Tag is the caller's.
+	Tag uint64
+
+	permit    int      // session permit (chunk index) while held, else -1
+	next      *Request // link of the one ReqList r is in
+	failovers int      // times r was moved off a failed connection
+	start     int64    // monotonic ns at submission, for latency
+}
+
+// Permit returns the session permit (the server chunk index, the buffer id
+// of the wire) the request holds while in flight, or -1 while it waits
+// for one or after it ended.
+func (r *Request) Permit() int { return r.permit }
+
+// Failovers returns how often the request was moved to another connection
+// because the one carrying it failed.
+func (r *Request) Failovers() int { return r.failovers }
