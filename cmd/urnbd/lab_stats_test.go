@@ -1,0 +1,224 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/urnbd/urnbd/bpf"
+	"github.com/urnbd/urnbd/internal/labtest"
+)
+
+// freePort returns a loopback TCP port that was free a moment ago.
+func freePort(t *testing.T) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// statsJSON runs `urnbd stats --json` (with --reset if asked).
+func (c *labCLI) statsJSON(reset bool) *statsReport {
+	c.t.Helper()
+	args := []string{"stats", "--json"}
+	if reset {
+		args = append(args, "--reset")
+	}
+	var r statsReport
+	if out := c.must(args...); json.Unmarshal([]byte(out), &r) != nil {
+		c.t.Fatalf("stats --json printed:\n%s", out)
+	}
+	return &r
+}
+
+// fixedIO runs fio with exactly size/bs requests of rw on dev.
+func fixedIO(t *testing.T, dev, rw, size string) *labtest.FioResult {
+	t.Helper()
+	res, stderr, err := labtest.Fio(t, "--name=io", "--filename="+dev, "--rw="+rw, "--bs=4k", "--size="+size,
+		"--direct=1", "--ioengine=libaio", "--iodepth=8")
+	if err != nil || res.Errors() != 0 {
+		t.Fatalf("fio %s on %s: %v\n%s", rw, dev, err, stderr)
+	}
+	return res
+}
+
+// The statistics a user reads, checked against what fio did: urnbd's own
+// per-path counters, the eBPF block latency histogram, the text formats,
+// the Prometheus endpoint, `urnbd trace`, bpftool on the pinned maps and
+// --reset. Over TCP, cpu_migration must say why it is not measured.
+func TestLabStatsOverTCP(t *testing.T) {
+	c := newLabCLI(t)
+	dir := t.TempDir()
+	f, _ := os.Create(filepath.Join(dir, "a.img"))
+	f.Truncate(64 << 20)
+	f.Close()
+	port := strconv.Itoa(startServerCLI(t, c, dir))
+	metrics := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	dev := c.must("map", "--metrics-listen", metrics, "sessname=stats", "dest_port="+port, "path=ip:127.0.0.1", "path=ip:127.0.0.1", "device_path=a.img")
+	t.Cleanup(func() { c.run("unmap", "--force", dev) })
+
+	c.statsJSON(true) // from zero, without the reads of udev's probing
+	reads := fixedIO(t, dev, "randread", "8M").Jobs[0].Read.IOs
+	writes := fixedIO(t, dev, "randwrite", "4M").Jobs[0].Write.IOs
+	if reads != 2048 || writes != 1024 {
+		t.Fatalf("fio did %d reads and %d writes, want 2048 and 1024", reads, writes)
+	}
+
+	r := c.statsJSON(false)
+	if r.EBPF.BlockLatency != "on" {
+		t.Fatalf("block latency eBPF is off in the lab: %s", r.EBPF.BlockLatency)
+	}
+	if len(r.Sessions) != 1 || len(r.Sessions[0].Paths) != 2 || len(r.Devices) != 1 {
+		t.Fatalf("stats: %d sessions, %d devices; want 1 with 2 paths, 1", len(r.Sessions), len(r.Devices))
+	}
+	var rtrsReads, rtrsWrites uint64
+	for _, p := range r.Sessions[0].Paths {
+		rtrsReads += p.Stats.Read.Count
+		rtrsWrites += p.Stats.Write.Count
+		if !strings.Contains(p.CPUMigration, "TCP") {
+			t.Errorf("path %d: cpu_migration source %q over TCP", p.Index, p.CPUMigration)
+		}
+	}
+	if rtrsReads != uint64(reads) || rtrsWrites != uint64(writes) {
+		t.Errorf("RTRS counted %d reads and %d writes over both paths, fio did %d and %d", rtrsReads, rtrsWrites, reads, writes)
+	}
+	h := r.Devices[0].Latency
+	if h == nil || h.Count[bpf.Read] != uint64(reads) || h.Count[bpf.Write] != uint64(writes) ||
+		h.Total(bpf.Read) != uint64(reads) || h.Total(bpf.Write) != uint64(writes) {
+		t.Fatalf("eBPF histogram of %s: %+v; want %d reads and %d writes", dev, h, reads, writes)
+	}
+	if avg := h.SumNs[bpf.Read] / h.Count[bpf.Read]; avg < 1000 || h.MaxNs[bpf.Read] < avg || h.Us[bpf.Read][0] != 0 {
+		t.Errorf("implausible read latency: average %d ns, max %d ns, %d below 1 µs", avg, h.MaxNs[bpf.Read], h.Us[bpf.Read][0])
+	}
+
+	text := c.must("stats")
+	for _, want := range []string{
+		"session stats (tcp) path 0", "session stats (tcp) path 1", "cur_latency:", "cpu_migration_from:",
+		"cpu_migration_to:", "reconnects:", "rdma:", "reset_all:", "sg_entries:", "cpu_migration:", "rdma_lat:",
+		"rdma_lat_us:", "wc_completion:", "device " + dev, "block rdma_lat:", "block rdma_lat_us:", "maximum ms:",
+		">= 65536 ms:", "ebpf: block latency on",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("stats lacks %q:\n%s", want, text)
+		}
+	}
+	// rdma: the 6.12 file, "reads read_bytes writes write_bytes inflight failovers".
+	var rdmaReads uint64
+	for _, l := range strings.Split(text, "\n") {
+		if f := strings.Fields(l); len(f) > 0 && f[0] == "rdma:" {
+			if len(f) != 7 {
+				t.Errorf("rdma line %q: want 6 numbers", l)
+				continue
+			}
+			n, _ := strconv.ParseUint(f[1], 10, 64)
+			rdmaReads += n
+		}
+	}
+	if rdmaReads != uint64(reads) {
+		t.Errorf("the rdma lines count %d reads, fio did %d", rdmaReads, reads)
+	}
+
+	resp, err := http.Get("http://" + metrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		fmt.Sprintf(`urnbd_block_latency_seconds_count{device=%q,sess="stats",dir="read"} %d`, dev, reads),
+		fmt.Sprintf(`urnbd_block_latency_seconds_bucket{device=%q,sess="stats",dir="write",le="+Inf"} %d`, dev, writes),
+		"# TYPE urnbd_rtrs_client_read_requests_total counter",
+		`urnbd_ebpf_up{program="block_latency"} 1`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, body)
+		}
+	}
+
+	out := c.must("trace", "--interval", "200ms", "--count", "2")
+	if strings.Count(out, "urnbd trace") != 2 || !strings.Contains(out, dev) || !strings.Contains(out, "IOPS read") {
+		t.Errorf("trace printed:\n%s", out)
+	}
+
+	if bpftool, err := exec.LookPath("bpftool"); err == nil {
+		out, err := exec.Command(bpftool, "map", "dump", "pinned", bpf.DefaultPinDir+"/urnbd_blk_sum").CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "sum_ns") {
+			t.Errorf("bpftool map dump pinned urnbd_blk_sum: %v\n%s", err, out)
+		}
+	} else if labtest.InLab() {
+		t.Error("bpftool is missing in the lab")
+	}
+
+	c.statsJSON(true)
+	r = c.statsJSON(false)
+	if r.Sessions[0].Paths[0].Stats.Read.Count != 0 || r.Devices[0].Latency.Count[bpf.Read] != 0 {
+		t.Errorf("after stats --reset: %d RTRS reads, %d eBPF reads", r.Sessions[0].Paths[0].Stats.Read.Count, r.Devices[0].Latency.Count[bpf.Read])
+	}
+}
+
+// Path and session management from the CLI while fio verifies the data:
+// add a path, disconnect, reconnect and remove it, change the policy.
+func TestLabPathCommandsOverTCP(t *testing.T) {
+	c := newLabCLI(t)
+	dir := t.TempDir()
+	f, _ := os.Create(filepath.Join(dir, "a.img"))
+	f.Truncate(128 << 20)
+	f.Close()
+	port := strconv.Itoa(startServerCLI(t, c, dir))
+	dev := c.must("map", "--sessname", "paths", "--dest-port", port, "--path", "ip:127.0.0.1", "--device-path", "a.img")
+	t.Cleanup(func() { c.run("unmap", "--force", dev) })
+
+	fio := make(chan error, 1)
+	go func() {
+		res, stderr, err := labtest.Fio(t, labtest.VerifyArgs(dev, "48M")...)
+		if err == nil && res.Errors() != 0 {
+			err = fmt.Errorf("%d errors: %s", res.Errors(), stderr)
+		}
+		fio <- err
+	}()
+	if idx := c.must("path", "add", "--dest-port", port, "paths", "ip:127.0.0.1@ip:127.0.0.1"); idx != "1" {
+		t.Errorf("path add printed %q, want the new index 1", idx)
+	}
+	waitPaths := func(want string) {
+		t.Helper()
+		if !labtest.WaitFor(10e9, func() bool { return strings.Count(c.must("list"), "(connected)") == strings.Count(want, "c") }) {
+			t.Errorf("paths did not become %s:\n%s", want, c.must("list"))
+		}
+	}
+	waitPaths("cc")
+	c.must("session", "set", "mp-policy", "paths", "round-robin")
+	c.must("path", "disconnect", "paths", "0")
+	waitPaths("c")
+	c.must("path", "reconnect", "paths", "0")
+	waitPaths("cc")
+	c.must("path", "remove", "paths", "1")
+	waitPaths("c")
+	if err := <-fio; err != nil {
+		t.Fatalf("fio verify across path changes: %v", err)
+	}
+
+	for _, bad := range []struct {
+		args  []string
+		errno syscall.Errno
+	}{
+		{[]string{"session", "set", "mp-policy", "paths", "fastest"}, syscall.EINVAL},
+		{[]string{"session", "set", "mp-policy", "nosuch", "min-inflight"}, syscall.ENOENT},
+		{[]string{"path", "remove", "paths", "7"}, syscall.ENOENT},
+		{[]string{"path", "add", "paths", "not-an-address"}, syscall.EINVAL},
+	} {
+		if out, err := c.run(bad.args...); exitCodeOf(err) != int(bad.errno) {
+			t.Errorf("urnbd %s: %v %s; want %v", strings.Join(bad.args, " "), err, out, bad.errno)
+		}
+	}
+}
