@@ -6,6 +6,11 @@
 #   urnbd client  -> urnbd server
 #   urnbd client  -> kernel server
 #   kernel client -> urnbd server
+# and, for comparison, NVMe-oF over the same rxe link: the kernel's nvmet +
+# nvmet-rdma target (configfs: a subsystem with allow_any_host, namespace 1
+# on a second null_blk device of the same kind, an rdma port on
+# 192.0.2.2:4420) and the kernel's nvme-rdma host connecting from 192.0.2.1
+# (with nvme-cli when installed, else through /dev/nvme-fabrics).
 # Writes $LAB_OUT/rnbd-bench.txt.
 set -euo pipefail
 : "${URNBD_BIN:?}"
@@ -13,14 +18,95 @@ here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
 prov=$here/../lab/provision.sh
 runtime=${URNBD_BENCH_RUNTIME:-5}
 export URNBD_RUN_DIR=/run/urnbd-bench
-LAB_ARGS_NULL_BLK="nr_devices=1 gb=4" "$prov" modules >/dev/null
+LAB_ARGS_NULL_BLK="nr_devices=2 gb=4" "$prov" modules >/dev/null
+[[ -b /dev/nullb1 ]] || { echo "rnbd-lab: null_blk was loaded before with one device; need /dev/nullb1" >&2; exit 1; }
 "$prov" rdma >/dev/null
 LAB_ARGS_RNBD_SERVER="dev_search_path=/" "$prov" rnbd >/dev/null
 CTL=/sys/devices/virtual/rnbd-client/ctl/map_device
 
+# NVMe-oF target and host (kernel): nvmet + nvmet-rdma, nvme-rdma.
+NVMET=/sys/kernel/config/nvmet
+NQN=nqn.2026-11.io.urnbd:rnbd-lab-bench
+NVME_PORT=$NVMET/ports/4420
+nvme_dev= # /dev/nvmeXnY of our connection, once connected
+
+nvme_err() { echo "rnbd-lab: nvme: $*" >&2; return 1; }
+# nvme_setup: target subsystem NQN, namespace 1 on /dev/nullb1, rdma port
+# 192.0.2.2:4420; then connect the host from 192.0.2.1 and set nvme_dev.
+# Not in a subshell: errexit would not apply there.
+nvme_setup() {
+  local hostnqn hostid c d i ctrl=""
+  modprobe -a nvmet nvmet-rdma nvme-rdma || { echo "rnbd-lab: modprobe nvmet nvmet-rdma nvme-rdma failed" >&2; return 1; }
+  [[ -d $NVMET ]] || { echo "rnbd-lab: no $NVMET (configfs not mounted?)" >&2; return 1; }
+  mkdir "$NVMET/subsystems/$NQN"
+  echo 1 >"$NVMET/subsystems/$NQN/attr_allow_any_host"
+  mkdir "$NVMET/subsystems/$NQN/namespaces/1"
+  echo -n /dev/nullb1 >"$NVMET/subsystems/$NQN/namespaces/1/device_path"
+  echo 1 >"$NVMET/subsystems/$NQN/namespaces/1/enable"
+  mkdir "$NVME_PORT"
+  echo rdma >"$NVME_PORT/addr_trtype"
+  echo ipv4 >"$NVME_PORT/addr_adrfam"
+  echo 192.0.2.2 >"$NVME_PORT/addr_traddr"
+  echo 4420 >"$NVME_PORT/addr_trsvcid"
+  ln -s "$NVMET/subsystems/$NQN" "$NVME_PORT/subsystems/$NQN"
+  # A host NQN and ID of our own (the kernel refuses a known host ID with another NQN).
+  hostid=$(</proc/sys/kernel/random/uuid)
+  hostnqn=nqn.2014-08.org.nvmexpress:uuid:$hostid
+  if command -v nvme >/dev/null; then
+    nvme connect -t rdma -a 192.0.2.2 -s 4420 -w 192.0.2.1 -n "$NQN" -q "$hostnqn" -I "$hostid" >&2
+  else
+    # What nvme-cli writes; reading back gives instance=N,cntlid=M.
+    local fd
+    exec {fd}<>/dev/nvme-fabrics
+    echo "transport=rdma,traddr=192.0.2.2,trsvcid=4420,host_traddr=192.0.2.1,nqn=$NQN,hostnqn=$hostnqn,hostid=$hostid" >&"$fd" ||
+      { exec {fd}>&-; nvme_err "connect through /dev/nvme-fabrics failed (see dmesg)"; }
+    read -r -u "$fd" c || true
+    exec {fd}>&-
+    echo "rnbd-lab: nvme-fabrics: $c (nvme-cli not installed)" >&2
+  fi
+  for c in /sys/class/nvme/nvme*; do
+    [[ $(cat "$c/subsysnqn" 2>/dev/null) == "$NQN" ]] && ctrl=${c##*/}
+  done
+  [[ -n $ctrl ]] || nvme_err "connect to $NQN made no controller"
+  echo "rnbd-lab: nvme: $ctrl, transport $(cat "/sys/class/nvme/$ctrl/transport"), $(cat "/sys/class/nvme/$ctrl/address")" >&2
+  for ((i = 0; i < 100; i++)); do
+    for d in /sys/block/nvme*n*; do
+      # With native multipath the per-path disks (nvmeXcYnZ) are hidden: no /dev node.
+      if [[ -b /dev/${d##*/} && $(cat "$d/device/subsysnqn" 2>/dev/null) == "$NQN" ]]; then
+        nvme_dev=/dev/${d##*/}
+        return
+      fi
+    done
+    sleep 0.1
+  done
+  nvme_err "$ctrl connected but no namespace block device appeared"
+}
+
+# nvme_teardown: disconnect and remove the configfs entries (whatever exists).
+nvme_teardown() {
+  local c
+  for c in /sys/class/nvme/nvme*; do
+    [[ $(cat "$c/subsysnqn" 2>/dev/null) == "$NQN" ]] && echo 1 >"$c/delete_controller"
+  done
+  nvme_dev=
+  [[ -L $NVME_PORT/subsystems/$NQN ]] && rm "$NVME_PORT/subsystems/$NQN"
+  [[ -d $NVME_PORT ]] && rmdir "$NVME_PORT"
+  if [[ -d $NVMET/subsystems/$NQN ]]; then
+    [[ -d $NVMET/subsystems/$NQN/namespaces/1 ]] && { echo 0 >"$NVMET/subsystems/$NQN/namespaces/1/enable"; rmdir "$NVMET/subsystems/$NQN/namespaces/1"; }
+    rmdir "$NVMET/subsystems/$NQN"
+  fi
+  return 0
+}
+
+srv=
+cleanup() {
+  [[ -z $srv ]] || kill "$srv" 2>/dev/null || true
+  [[ ! -d $NVMET/subsystems/$NQN ]] || nvme_teardown || true
+}
+trap cleanup EXIT
+
 "$URNBD_BIN" server --listen rdma://192.0.2.2:1236 --dev-search-path /dev 2>/dev/null &
 srv=$!
-trap 'kill $srv 2>/dev/null || true' EXIT
 sleep 1
 
 fio_iops() { # DEV RW BS
@@ -50,18 +136,19 @@ run() { # NAME DEV
   R[$1,sr]=$(fio_iops "$2" read 128k)
 }
 d=$(kmap kk 1234 /dev/nullb0); run kernel-kernel "$d"; kunmap "$d"
+nvme_setup; run nvme-rdma "$nvme_dev"; nvme_teardown
 d=$(umap uu 1236 nullb0); run urnbd-urnbd "$d"; uunmap "$d"
 d=$(umap uk 1234 /dev/nullb0); run urnbd-kernel "$d"; uunmap "$d"
 d=$(kmap ku 1236 nullb0); run kernel-urnbd "$d"; kunmap "$d"
 
 out=${LAB_OUT:-/tmp}/rnbd-bench.txt
 {
-  echo "RNBD over soft-RoCE (rxe, one path), null_blk backend, fio libaio QD32, ${runtime}s; $(uname -r), $(nproc) vCPUs under qemu TCG"
+  echo "RNBD (and NVMe-oF: nvme-rdma -> nvmet-rdma) over soft-RoCE (rxe, one path), null_blk backend, fio libaio QD32, ${runtime}s; $(uname -r), $(nproc) vCPUs under qemu TCG"
   printf '%-22s %12s %12s %12s\n' "client -> server" "4k randread" "4k randwrite" "128k seqread"
-  for n in kernel-kernel urnbd-urnbd urnbd-kernel kernel-urnbd; do
+  for n in kernel-kernel nvme-rdma urnbd-urnbd urnbd-kernel kernel-urnbd; do
     printf '%-22s %12s %12s %12s\n' "$n" "${R[$n,rr]}" "${R[$n,rw]}" "${R[$n,sr]}"
   done
-  for n in urnbd-urnbd urnbd-kernel kernel-urnbd; do
+  for n in nvme-rdma urnbd-urnbd urnbd-kernel kernel-urnbd; do
     printf 'ratio %s / kernel-kernel: %s\n' "$n" "$(python3 -c "print(' '.join(f'{a/b:.2f}' for a,b in zip([${R[$n,rr]},${R[$n,rw]},${R[$n,sr]}],[${R[kernel-kernel,rr]},${R[kernel-kernel,rw]},${R[kernel-kernel,sr]}])))")"
   done
 } | tee "$out"
