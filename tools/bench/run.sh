@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # make bench: Go benchmarks with -benchmem on the host, then the ublk
 # benchmarks in the lab VM (fio against the kernel's own devices, and the
-# allocation benchmark of the queue loop). Results: .cache/bench/.
+# allocation benchmark of the queue loop), RNBD over soft-RoCE against the
+# kernel's RNBD and NVMe-oF (rnbd-lab.sh), and the link's ceiling (perftest)
+# next to urnbd's RTRS over RDMA (rdma-ceiling.sh). Results: .cache/bench/.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -15,6 +17,7 @@ GO="$GO" tools/bench/rtrs-tcp.sh
 echo "== ublk in the lab"
 go build -o .cache/lab/bin/urnbd ./cmd/urnbd
 go test -c -o .cache/lab/bin/ublk.test ./ublk
+go build -o .cache/lab/bin/rtrsbench ./tools/rtrsbench
 cat > .cache/lab/bench-guest.sh <<'EOS'
 #!/usr/bin/env bash
 set -euo pipefail
@@ -23,6 +26,7 @@ modprobe ublk_drv
 (cd ublk && ../.cache/lab/bin/ublk.test -test.run '^$' -test.bench 'BenchmarkLab' -test.benchmem) | tee "$LAB_OUT/ublk-gobench.txt"
 tools/bench/ublk-lab.sh
 tools/bench/rnbd-lab.sh
+tools/bench/rdma-ceiling.sh
 EOS
 chmod +x .cache/lab/bench-guest.sh
 tools/lab/lab build-rnbd
