@@ -8,7 +8,8 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 GO=$(bash tools/deps.sh | sed -n 's/^GO=//p')
-export PATH="$(dirname "$GO"):$PATH"
+PATH="$(dirname "$GO"):$PATH"
+export PATH
 mkdir -p .cache/bench .cache/lab/bin
 echo "== Go benchmarks (host)"
 go test -run '^$' -bench . -benchmem ./uring ./rtrs/... ./rnbd | tee .cache/bench/host.txt
