@@ -65,7 +65,7 @@ func TestLabStatsOverTCP(t *testing.T) {
 	f.Close()
 	port := strconv.Itoa(startServerCLI(t, c, dir))
 	metrics := "127.0.0.1:" + strconv.Itoa(freePort(t))
-	dev := c.must("map", "--metrics-listen", metrics, "sessname=stats", "dest_port="+port, "path=ip:127.0.0.1", "path=ip:127.0.0.1", "device_path=a.img")
+	dev := c.must("map", "--metrics-listen", metrics, "sessname=stats", "dest_port="+port, "path=ip:127.0.0.1", "path=ip:127.0.0.2@ip:127.0.0.1", "device_path=a.img")
 	t.Cleanup(func() { c.run("unmap", "--force", dev) })
 
 	c.statsJSON(true) // from zero, without the reads of udev's probing
@@ -84,6 +84,9 @@ func TestLabStatsOverTCP(t *testing.T) {
 	}
 	var rtrsReads, rtrsWrites uint64
 	for _, p := range r.Sessions[0].Paths {
+		if p.State != "connected" {
+			t.Errorf("path %d %s is %s", p.Index, p.Addr, p.State)
+		}
 		rtrsReads += p.Stats.Read.Count
 		rtrsWrites += p.Stats.Write.Count
 		if !strings.Contains(p.CPUMigration, "TCP") {
@@ -187,7 +190,7 @@ func TestLabPathCommandsOverTCP(t *testing.T) {
 		}
 		fio <- err
 	}()
-	if idx := c.must("path", "add", "--dest-port", port, "paths", "ip:127.0.0.1@ip:127.0.0.1"); idx != "1" {
+	if idx := c.must("path", "add", "--dest-port", port, "paths", "ip:127.0.0.2@ip:127.0.0.1"); idx != "1" {
 		t.Errorf("path add printed %q, want the new index 1", idx)
 	}
 	waitPaths := func(want string) {
