@@ -176,13 +176,20 @@ func listCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "list",
 		Usage: "show the mapped RNBD devices",
-		Flags: []cli.Flag{&cli.StringFlag{Name: "format", Value: "table", Usage: "table or json"}},
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "format", Value: "table", Usage: "table or json"},
+			&cli.BoolFlag{Name: "json", Usage: "same as --format json"},
+		},
 		Action: func(c *cli.Context) error {
+			format := c.String("format")
+			if c.Bool("json") {
+				format = "json"
+			}
 			entries := []listEntry{}
 			if rep, err := ask(&clientRequest{Op: "list"}, false); err == nil {
 				entries = append(entries, rep.Devices...)
 			}
-			switch c.String("format") {
+			switch format {
 			case "json":
 				enc := json.NewEncoder(os.Stdout)
 				enc.SetIndent("", "  ")
@@ -195,7 +202,7 @@ func listCommand() *cli.Command {
 				}
 				return w.Flush()
 			}
-			return fmt.Errorf("format %q: want table or json: %w", c.String("format"), unix.EINVAL)
+			return fmt.Errorf("list: --format %q: want table or json: %w", format, unix.EINVAL)
 		},
 	}
 }

@@ -205,7 +205,10 @@ func TestLabPathCommandsOverTCP(t *testing.T) {
 	waitPaths("c")
 	c.must("path", "reconnect", "paths", "0")
 	waitPaths("cc")
-	c.must("path", "remove", "paths", "1")
+	if out := c.must("path", "list"); !strings.Contains(out, "127.0.0.2@127.0.0.1:"+port) || !strings.Contains(out, "CUR_LATENCY") {
+		t.Errorf("path list:\n%s", out)
+	}
+	c.must("path", "remove", "paths", "ip:127.0.0.2@ip:127.0.0.1:"+port)
 	waitPaths("c")
 	if err := <-fio; err != nil {
 		t.Fatalf("fio verify across path changes: %v", err)

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"strings"
+	"text/tabwriter"
 
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
@@ -48,10 +51,15 @@ func pathCommand() *cli.Command {
 			return nil
 		},
 	})
-	for _, name := range []string{"remove", "disconnect", "reconnect"} {
+	for _, op := range []struct{ name, usage string }{
+		{"remove", "remove a path of a session (remove_path); its in-flight I/O fails over to the other paths"},
+		{"disconnect", "disconnect a path (disconnect); its in-flight I/O fails over, the path stays until reconnect"},
+		{"reconnect", "reconnect a path (reconnect): close its connections if any and connect anew"},
+	} {
+		name := op.name
 		sub = append(sub, &cli.Command{
 			Name:      name,
-			Usage:     name + " a path of a session; in-flight I/O of a path that goes away fails over to the others",
+			Usage:     op.usage,
 			ArgsUsage: "SESSNAME PATH (the path's index or address, as urnbd list and urnbd stats show them)",
 			Action: func(c *cli.Context) error {
 				if c.NArg() != 2 {
@@ -64,7 +72,33 @@ func pathCommand() *cli.Command {
 			},
 		})
 	}
-	return &cli.Command{Name: "path", Usage: "manage the paths of a session: add, remove, disconnect, reconnect", Subcommands: sub}
+	sub = append(sub, &cli.Command{
+		Name:  "list",
+		Usage: "list the paths of every session: index, address, state, heartbeat RTT, in-flight requests, counts",
+		Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}},
+		Action: func(c *cli.Context) error {
+			r, err := fetchStats(false)
+			if err != nil {
+				return fmt.Errorf("path list: %w", err)
+			}
+			if c.Bool("json") {
+				enc := json.NewEncoder(os.Stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(r.Sessions)
+			}
+			w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(w, "SESSNAME\tINDEX\tPATH\tSTATE\tCUR_LATENCY\tINFLIGHT\tREADS\tWRITES\tFAILOVERS\tRECONNECTS")
+			for _, s := range r.Sessions {
+				for _, p := range s.Paths {
+					st := p.Stats
+					fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%d ns\t%d\t%d\t%d\t%d\t%d/%d\n", s.Name, p.Index, p.Addr, p.State, p.CurLatencyNs,
+						st.Inflight, st.Read.Count, st.Write.Count, st.Failovers, st.ReconnectsOK, st.ReconnectsFailed)
+				}
+			}
+			return w.Flush()
+		},
+	})
+	return &cli.Command{Name: "path", Usage: "manage the paths of a session: list, add, remove, disconnect, reconnect", Subcommands: sub}
 }
 
 func sessionCommand() *cli.Command {

@@ -165,7 +165,7 @@ func mapCommand() *cli.Command {
 func clientCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "client",
-		Usage: "client side, rnbd-tool style: client device map|unmap|list",
+		Usage: "client side, rnbd-tool style: client device map|unmap|list, client path ..., client session set ...",
 		Subcommands: []*cli.Command{{
 			Name:  "device",
 			Usage: "mapped devices",
@@ -203,7 +203,7 @@ func clientCommand() *cli.Command {
 				unmapCommand(),
 				listCommand(),
 			},
-		}, clientDaemonCommand()},
+		}, pathCommand(), sessionCommand(), clientDaemonCommand()},
 	}
 }
 
