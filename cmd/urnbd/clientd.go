@@ -372,6 +372,11 @@ func (d *clientDaemon) mapDev(req *clientRequest) (string, error) {
 		}
 		sess = &daemonSession{spec: *spec, client: client}
 		d.sessions[spec.SessName] = sess
+		if spec.Transport == "rdma" {
+			// Count completion CPUs from the start: ib_uverbs is
+			// loaded now.
+			d.obs.completionCPU()
+		}
 	}
 	dev, err := sess.client.Map(ctx, d.ctrl, spec.DevicePath, spec.mode, rnbd.MapOptions{ID: -1, Depth: req.Depth})
 	if err != nil {

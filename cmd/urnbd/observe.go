@@ -39,6 +39,8 @@ func newObserver(disabled string) *observer {
 // completionCPU returns the completion CPU program, loading it on first
 // use: ib_uverbs is loaded by the first RDMA session, not before.
 func (o *observer) completionCPU() (*bpf.CompletionCPU, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
 	if o.disabled != "" {
 		return nil, errors.New(o.disabled)
 	}
