@@ -145,11 +145,14 @@ func (q *RequestQueue[C]) InFlight(id uint32) (*Request, C) {
 
 // Complete ends r, answered on a connection of the path whose statistics
 // are st: it leaves the path's in-flight count, its bytes and latency are
-// recorded, and it finishes with errno.
+// recorded (with its scatter-gather entries), and it finishes with errno.
 func (q *RequestQueue[C]) Complete(r *Request, errno int, st *ClientPathStats) {
 	st.DecInflight()
 	n := uint64(len(r.Usr) + len(r.Data))
 	lat := time.Duration(nanotime() - r.start)
+	// The data is one contiguous buffer (one registered range over RDMA):
+	// one scatter-gather entry, none without data.
+	st.RecordSGEntries(q.id, min(len(r.Data), 1))
 	if r.Write {
 		st.RecordWrite(q.id, n)
 		st.RecordWriteLatency(q.id, lat)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -82,8 +83,12 @@ func TestLabStatsOverTCP(t *testing.T) {
 	if len(r.Sessions) != 1 || len(r.Sessions[0].Paths) != 2 || len(r.Devices) != 1 {
 		t.Fatalf("stats: %d sessions, %d devices; want 1 with 2 paths, 1", len(r.Sessions), len(r.Devices))
 	}
-	var rtrsReads, rtrsWrites uint64
+	var rtrsReads, rtrsWrites, sgTotal, sgSum uint64
 	for _, p := range r.Sessions[0].Paths {
+		for _, n := range p.Stats.SGTotal {
+			sgTotal += n
+		}
+		sgSum += p.Stats.SGSum
 		if p.State != "connected" {
 			t.Errorf("path %d %s is %s", p.Index, p.Addr, p.State)
 		}
@@ -95,6 +100,9 @@ func TestLabStatsOverTCP(t *testing.T) {
 	}
 	if rtrsReads != uint64(reads) || rtrsWrites != uint64(writes) {
 		t.Errorf("RTRS counted %d reads and %d writes over both paths, fio did %d and %d", rtrsReads, rtrsWrites, reads, writes)
+	}
+	if sgTotal != uint64(reads+writes) || sgSum != sgTotal {
+		t.Errorf("sg_entries: %d requests with %d entries, want %d with one each", sgTotal, sgSum, reads+writes)
 	}
 	h := r.Devices[0].Latency
 	if h == nil || h.Count[bpf.Read] != uint64(reads) || h.Count[bpf.Write] != uint64(writes) ||
@@ -225,6 +233,118 @@ func TestLabPathCommandsOverTCP(t *testing.T) {
 	} {
 		if out, err := c.run(bad.args...); exitCodeOf(err) != int(bad.errno) {
 			t.Errorf("urnbd %s: %v %s; want %v", strings.Join(bad.args, " "), err, out, bad.errno)
+		}
+	}
+}
+
+// provisionRDMA sets up the lab's two soft-RoCE paths (idempotent).
+func provisionRDMA(t *testing.T) {
+	t.Helper()
+	for _, mode := range []string{"modules", "rdma"} {
+		if out, err := exec.Command("../../tools/lab/provision.sh", mode).CombinedOutput(); err != nil {
+			t.Fatalf("provision.sh %s: %v\n%s", mode, err, out)
+		}
+	}
+	labtest.Need(t, "/dev/infiniband/rdma_cm", "rdma_ucm")
+}
+
+// pinnedFio runs fio on CPU cpu with exactly size/bs requests of rw.
+func pinnedFio(t *testing.T, dev, rw, size string, cpu int) int64 {
+	t.Helper()
+	res, stderr, err := labtest.Fio(t, "--name=io", "--filename="+dev, "--rw="+rw, "--bs=4k", "--size="+size,
+		"--direct=1", "--ioengine=libaio", "--iodepth=8", "--cpus_allowed="+strconv.Itoa(cpu))
+	if err != nil || res.Errors() != 0 {
+		t.Fatalf("fio %s on %s: %v\n%s", rw, dev, err, stderr)
+	}
+	return res.Jobs[0].Read.IOs + res.Jobs[0].Write.IOs
+}
+
+// migrations sums the cpu_migration from and to counts of every path.
+func migrations(r *statsReport) (from, to []uint64) {
+	for _, s := range r.Sessions {
+		for _, p := range s.Paths {
+			for i, v := range p.Stats.MigrationFrom {
+				for len(from) <= i {
+					from, to = append(from, 0), append(to, 0)
+				}
+				from[i] += v
+				to[i] += p.Stats.MigrationTo[i]
+			}
+		}
+	}
+	for len(from) < 2 {
+		from, to = append(from, 0), append(to, 0)
+	}
+	return from, to
+}
+
+// Over soft-RoCE, the completions of a CQ are raised on the CPU that sent
+// the answer: the server's. With the server pinned to CPU 1, I/O issued
+// on CPU 0 (ublk queue 0, RTRS queue 0, polled on CPU 0) has its
+// completions raised on CPU 1: cpu_migration must count them from CPU0 to
+// CPU1. I/O issued on CPU 1 must not count. The counts of RTRS and eBPF
+// must agree with fio's.
+func TestLabStatsRDMA(t *testing.T) {
+	c := newLabCLI(t)
+	provisionRDMA(t)
+	if runtime.NumCPU() < 2 {
+		t.Skip("needs 2 CPUs")
+	}
+	dir := t.TempDir()
+	f, _ := os.Create(filepath.Join(dir, "a.img"))
+	f.Truncate(64 << 20)
+	f.Close()
+	srv := exec.Command("taskset", "-c", "1", c.bin, "server", "--listen", "rdma://192.0.2.2:1250", "--listen", "rdma://198.51.100.2:1250", "--dev-search-path", dir)
+	srv.Env = append(os.Environ(), "URNBD_RUN_DIR="+c.runDir)
+	srv.Stderr = os.Stderr
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Process.Signal(syscall.SIGTERM); srv.Wait() })
+	var dev string
+	if !labtest.WaitFor(10e9, func() bool {
+		out, err := c.run("map", "sessname=cpus", "transport=rdma", "dest_port=1250", "path=ip:192.0.2.1@ip:192.0.2.2",
+			"path=ip:198.51.100.1@ip:198.51.100.2", "device_path=a.img")
+		dev = out
+		return err == nil
+	}) {
+		t.Fatalf("map over RDMA: %s", dev)
+	}
+	t.Cleanup(func() { c.run("unmap", "--force", dev) })
+
+	c.statsJSON(true)
+	ios := pinnedFio(t, dev, "randread", "8M", 0) + pinnedFio(t, dev, "randwrite", "4M", 0)
+	r := c.statsJSON(true)
+	if r.EBPF.CompletionCPU != "on" {
+		t.Fatalf("completion CPU eBPF is off in the lab: %s", r.EBPF.CompletionCPU)
+	}
+	var rtrsIOs uint64
+	for _, p := range r.Sessions[0].Paths {
+		rtrsIOs += p.Stats.Read.Count + p.Stats.Write.Count
+		if p.CPUMigration != "ebpf" {
+			t.Errorf("path %d: cpu_migration source %q", p.Index, p.CPUMigration)
+		}
+	}
+	if h := r.Devices[0].Latency; rtrsIOs != uint64(ios) || h == nil || h.Count[bpf.Read]+h.Count[bpf.Write] != uint64(ios) {
+		t.Errorf("fio did %d I/Os; RTRS counted %d, eBPF %+v", ios, rtrsIOs, h)
+	}
+	from, to := migrations(r)
+	t.Logf("fio on CPU 0, server on CPU 1: %d I/Os, cpu_migration from %v to %v", ios, from, to)
+	if from[0] < uint64(ios)/2 || to[1] < uint64(ios)/2 {
+		t.Errorf("cpu_migration from %v to %v: want most of the %d completions from CPU0 to CPU1", from, to, ios)
+	}
+
+	ios = pinnedFio(t, dev, "randread", "8M", 1)
+	r = c.statsJSON(false)
+	from, to = migrations(r)
+	t.Logf("fio on CPU 1, server on CPU 1: %d I/Os, cpu_migration from %v to %v", ios, from, to)
+	if from[1] > uint64(ios)/10 {
+		t.Errorf("cpu_migration from %v to %v: completions of CPU 1's queue should land on CPU 1", from, to)
+	}
+	text := c.must("stats")
+	for _, want := range []string{"cpu_migration:", "from:", "to  :", "CPU0", "rdma rxe0: software device"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("stats lacks %q:\n%s", want, text)
 		}
 	}
 }
