@@ -112,13 +112,17 @@ func (d *clientDaemon) collectStats(reset bool) (*statsReport, error) {
 			case compErr != nil:
 				pr.CPUMigration = "eBPF completion CPU program unavailable: " + compErr.Error()
 			default:
-				pr.CPUMigration = "ebpf"
 				expected := map[uint64]int{}
 				for _, cq := range cqs {
 					if cq.Path == p.Index && cq.CPU >= 0 {
 						expected[cq.UserHandle] = cq.CPU
 					}
 				}
+				if len(expected) == 0 {
+					pr.CPUMigration = "no completion queue of this path is polled by a pinned queue thread (path not connected, or queues not pinned)"
+					break
+				}
+				pr.CPUMigration = "ebpf"
 				pr.Stats.MigrationFrom, pr.Stats.MigrationTo = bpf.Migration(cqCounts, p.Stats.NumCPU(), func(h uint64) (int, bool) {
 					cpu, ok := expected[h]
 					return cpu, ok

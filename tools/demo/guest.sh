@@ -27,7 +27,16 @@ fio --name=demo --filename="$dev" --ioengine=io_uring --direct=1 --rw=randrw --b
     --verify=crc32c --verify_state_save=0 --group_reporting | grep -E 'IOPS|err=|verify' || true
 echo "packets sent: veth0 $(($(cat /sys/class/net/veth0/statistics/tx_packets) - tx0)), veth2 $(($(cat /sys/class/net/veth2/statistics/tx_packets) - tx2))"
 "$urnbd" list
-"$urnbd" stats | grep -E 'session|rdma:|reconnects:|cpu_migration_from:'
+"$urnbd" path list
+hr "urnbd stats: the kernel's per-path files (6.12 and the 5.6 ABI) and the eBPF block latency of the device"
+"$urnbd" stats
+hr "urnbd trace: one frame of the live view, under a short fio"
+fio --name=trace --filename="$dev" --ioengine=libaio --direct=1 --rw=randread --bs=4k --iodepth=16 \
+    --runtime=3 --time_based >/dev/null &
+fiopid=$!
+sleep 1
+"$urnbd" trace --interval 1s --count 1
+wait "$fiopid" || true
 "$urnbd" unmap "$dev"
 kill "$srv"; wait "$srv" 2>/dev/null || true
 
