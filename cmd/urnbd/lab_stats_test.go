@@ -348,3 +348,32 @@ func TestLabStatsRDMA(t *testing.T) {
 		}
 	}
 }
+
+// Without eBPF (--no-bpf, as on a kernel without BTF or without
+// privilege) the statistics of urnbd's own counters still print, and each
+// eBPF part says why it is missing.
+func TestLabStatsWithoutBPF(t *testing.T) {
+	c := newLabCLI(t)
+	dir := t.TempDir()
+	f, _ := os.Create(filepath.Join(dir, "a.img"))
+	f.Truncate(16 << 20)
+	f.Close()
+	port := strconv.Itoa(startServerCLI(t, c, dir))
+	dev := c.must("map", "--no-bpf", "sessname=nobpf", "dest_port="+port, "path=ip:127.0.0.1", "device_path=a.img")
+	t.Cleanup(func() { c.run("unmap", "--force", dev) })
+	c.statsJSON(true)
+	reads := fixedIO(t, dev, "randread", "4M").Jobs[0].Read.IOs
+	r := c.statsJSON(false)
+	if got := r.Sessions[0].Paths[0].Stats.Read.Count; got != uint64(reads) {
+		t.Errorf("RTRS counted %d reads without eBPF, fio did %d", got, reads)
+	}
+	if r.Devices[0].Latency != nil || !strings.Contains(r.Devices[0].LatencyOff, "--no-bpf") || !strings.Contains(r.EBPF.BlockLatency, "--no-bpf") {
+		t.Errorf("without eBPF: device %+v, ebpf %+v", r.Devices[0], r.EBPF)
+	}
+	text := c.must("stats")
+	for _, want := range []string{"rdma:", "rdma_lat:", "block latency: (eBPF unavailable: disabled by --no-bpf)", "ebpf: block latency disabled by --no-bpf"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("stats without eBPF lacks %q:\n%s", want, text)
+		}
+	}
+}
