@@ -131,11 +131,13 @@ func Fio(t testing.TB, args ...string) (*FioResult, string, error) {
 }
 
 // VerifyArgs are the fio arguments of the data-integrity workload: randrw,
-// 4k–256k blocks, crc32c verify, iodepth 64, two jobs on disjoint halves.
+// 4k–1M blocks (40 % 4k, then 16k, 64k, 256k and 1M; the block layer
+// splits what exceeds the device's max transfer), crc32c verify, iodepth
+// 64, two jobs on disjoint halves.
 func VerifyArgs(dev string, sizePerJob string) []string {
 	return []string{
 		"--name=verify", "--filename=" + dev, "--ioengine=io_uring", "--direct=1",
-		"--rw=randrw", "--bsrange=4k-256k", "--iodepth=64", "--numjobs=2",
+		"--rw=randrw", "--bssplit=4k/40:16k/20:64k/20:256k/10:1m/10", "--iodepth=64", "--numjobs=2",
 		"--size=" + sizePerJob, "--offset_increment=" + sizePerJob,
 		"--verify=crc32c", "--verify_fatal=1", "--do_verify=1", "--verify_state_save=0",
 	}
