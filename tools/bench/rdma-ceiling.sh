@@ -11,8 +11,8 @@
 #             QP) with QD1 for latency, QD32 for bandwidth
 # Writes $LAB_OUT/rdma-ceiling.txt (and the raw outputs next to it).
 #
-#   RTRSBENCH   the rtrsbench binary (default .cache/lab/bin/rtrsbench,
-#               built by tools/bench/run.sh)
+#   URNBD_RTRSBENCH   the rtrsbench binary (default .cache/lab/bin/rtrsbench,
+#                     built by tools/bench/run.sh)
 #   URNBD_BENCH_RUNTIME   seconds per bandwidth run (default 5)
 #   URNBD_BENCH_LAT_ITERS iterations per perftest latency run (default 2000)
 #   URNBD_BENCH_ROUNDS    rounds of the whole set; the report keeps each
@@ -21,7 +21,7 @@ set -euo pipefail
 here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
 root=$(cd -- "$here/../.." && pwd -P)
 prov=$root/tools/lab/provision.sh
-bench=${RTRSBENCH:-$root/.cache/lab/bin/rtrsbench}
+bench=${URNBD_RTRSBENCH:-$root/.cache/lab/bin/rtrsbench}
 runtime=${URNBD_BENCH_RUNTIME:-5}
 iters=${URNBD_BENCH_LAT_ITERS:-2000}
 rounds=${URNBD_BENCH_ROUNDS:-2}

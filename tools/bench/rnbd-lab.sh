@@ -11,16 +11,20 @@
 # on a second null_blk device of the same kind, an rdma port on
 # 192.0.2.2:4420) and the kernel's nvme-rdma host connecting from 192.0.2.1
 # (with nvme-cli when installed, else through /dev/nvme-fabrics).
+# All five are mapped at once, each on its own null_blk device (nullb0..4),
+# and the fio runs alternate between them workload by workload, for
+# URNBD_BENCH_ROUNDS rounds (default 1): a disturbance from outside (other
+# VMs on the host) hits all of them alike, and each figure is its best round.
 # Writes $LAB_OUT/rnbd-bench.txt.
 set -euo pipefail
 : "${URNBD_BIN:?}"
 here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
 prov=$here/../lab/provision.sh
 runtime=${URNBD_BENCH_RUNTIME:-5}
-rounds=${URNBD_BENCH_ROUNDS:-1} # the whole set this often; each figure is its best round
+rounds=${URNBD_BENCH_ROUNDS:-1}
 export URNBD_RUN_DIR=/run/urnbd-bench
-LAB_ARGS_NULL_BLK="nr_devices=2 gb=4" "$prov" modules >/dev/null
-[[ -b /dev/nullb1 ]] || { echo "rnbd-lab: null_blk was loaded before with one device; need /dev/nullb1" >&2; exit 1; }
+LAB_ARGS_NULL_BLK="nr_devices=5 gb=4" "$prov" modules >/dev/null
+[[ -b /dev/nullb4 ]] || { echo "rnbd-lab: null_blk was loaded before with fewer devices; need /dev/nullb0..4" >&2; exit 1; }
 "$prov" rdma >/dev/null
 LAB_ARGS_RNBD_SERVER="dev_search_path=/" "$prov" rnbd >/dev/null
 CTL=/sys/devices/virtual/rnbd-client/ctl/map_device
@@ -100,9 +104,17 @@ nvme_teardown() {
 }
 
 srv=
+declare -A DEV # configuration -> its block device
 cleanup() {
-  [[ -z $srv ]] || kill "$srv" 2>/dev/null || true
+  local n
+  for n in "${!DEV[@]}"; do
+    case $n in
+    kernel-*) kunmap "${DEV[$n]}" 2>/dev/null || true ;;
+    urnbd-*) uunmap "${DEV[$n]}" 2>/dev/null || true ;;
+    esac
+  done
   [[ ! -d $NVMET/subsystems/$NQN ]] || nvme_teardown || true
+  [[ -z $srv ]] || kill "$srv" 2>/dev/null || true
 }
 trap cleanup EXIT
 
@@ -133,24 +145,30 @@ uunmap() { "$URNBD_BIN" unmap "$1" >/dev/null; }
 declare -A R
 # best NAME,W IOPS: keep the best round (other VMs on the host only slow us down).
 best() { [[ $2 =~ ^[0-9]+$ ]] || { echo "rnbd-lab: fio gave no IOPS for $1" >&2; exit 1; }; ((${R[$1]:-0} >= $2)) || R[$1]=$2; }
-run() { # NAME DEV
-  best "$1,rr" "$(fio_iops "$2" randread 4k)"
-  best "$1,rw" "$(fio_iops "$2" randwrite 4k)"
-  best "$1,sr" "$(fio_iops "$2" read 128k)"
-}
+DEV[kernel-kernel]=$(kmap kk 1234 /dev/nullb0)
+nvme_setup; DEV[nvme-rdma]=$nvme_dev
+DEV[urnbd-urnbd]=$(umap uu 1236 nullb2)
+DEV[urnbd-kernel]=$(umap uk 1234 /dev/nullb3)
+DEV[kernel-urnbd]=$(kmap ku 1236 nullb4)
+names=(kernel-kernel nvme-rdma urnbd-urnbd urnbd-kernel kernel-urnbd)
+for n in "${names[@]}"; do echo "rnbd-lab: $n on ${DEV[$n]}" >&2; done
 for ((round = 1; round <= rounds; round++)); do
-  d=$(kmap kk 1234 /dev/nullb0); run kernel-kernel "$d"; kunmap "$d"
-  nvme_setup; run nvme-rdma "$nvme_dev"; nvme_teardown
-  d=$(umap uu 1236 nullb0); run urnbd-urnbd "$d"; uunmap "$d"
-  d=$(umap uk 1234 /dev/nullb0); run urnbd-kernel "$d"; uunmap "$d"
-  d=$(kmap ku 1236 nullb0); run kernel-urnbd "$d"; kunmap "$d"
+  order=("${names[@]}")
+  ((round % 2)) || order=(kernel-urnbd urnbd-kernel urnbd-urnbd nvme-rdma kernel-kernel)
+  for w in "rr randread 4k" "rw randwrite 4k" "sr read 128k"; do
+    read -r k rw bs <<<"$w"
+    for n in "${order[@]}"; do best "$n,$k" "$(fio_iops "${DEV[$n]}" "$rw" "$bs")"; done
+  done
 done
+for n in kernel-kernel kernel-urnbd; do kunmap "${DEV[$n]}"; unset "DEV[$n]"; done
+for n in urnbd-urnbd urnbd-kernel; do uunmap "${DEV[$n]}"; unset "DEV[$n]"; done
+unset "DEV[nvme-rdma]"; nvme_teardown
 
 out=${LAB_OUT:-/tmp}/rnbd-bench.txt
 {
-  echo "RNBD (and NVMe-oF: nvme-rdma -> nvmet-rdma) over soft-RoCE (rxe, one path), null_blk backend, fio libaio QD32, ${runtime}s, best of $rounds round(s); $(uname -r), $(nproc) vCPUs under qemu TCG"
+  echo "RNBD (and NVMe-oF: nvme-rdma -> nvmet-rdma) over soft-RoCE (rxe, one path), null_blk backend, fio libaio QD32, ${runtime}s, interleaved, best of $rounds round(s); $(uname -r), $(nproc) vCPUs under qemu TCG"
   printf '%-22s %12s %12s %12s\n' "client -> server" "4k randread" "4k randwrite" "128k seqread"
-  for n in kernel-kernel nvme-rdma urnbd-urnbd urnbd-kernel kernel-urnbd; do
+  for n in "${names[@]}"; do
     printf '%-22s %12s %12s %12s\n' "$n" "${R[$n,rr]}" "${R[$n,rw]}" "${R[$n,sr]}"
   done
   for n in nvme-rdma urnbd-urnbd urnbd-kernel kernel-urnbd; do
