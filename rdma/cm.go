@@ -359,6 +359,9 @@ func (id *CMID) Accept(p ConnParam) error {
 // Reject rejects a connect request (rdma_reject), sending privateData (at
 // most 148 bytes over IB/RoCE) to the peer, which sees EventRejected.
 func (id *CMID) Reject(privateData []byte) error {
+	if id.id == nil {
+		return ErrClosed
+	}
 	pd, n, err := pdArgs(privateData)
 	if err != nil {
 		return err

@@ -140,6 +140,17 @@ func (c Context) NewCQ(cqe int, ch *CompChannel, compVector int) (*CQ, error) {
 	return q, nil
 }
 
+// UserHandle returns the handle libibverbs gave the kernel for this CQ
+// at creation: the address of the process's struct ibv_cq (ibv_cmd_create_cq
+// and ibv_cmd_create_cq_ex send user_handle = (uintptr_t)cq, the pointer
+// ibv_create_cq returns). The kernel keeps it in the CQ's uobject
+// (cq->uobject->uevent.uobject.user_handle) and hands it back in every
+// completion event, which is how GetEvent finds the CQ; an eBPF program
+// on the kernel's completion path (ib_uverbs_comp_handler) can read it
+// there to tell which of the process's CQs completed. It is 0 after
+// Destroy.
+func (q *CQ) UserHandle() uint64 { return uint64(uintptr(unsafe.Pointer(q.cq))) }
+
 // CQE returns the CQ's actual capacity.
 func (q *CQ) CQE() int { return int(q.cq.cqe) }
 

@@ -78,3 +78,23 @@ func (c Context) QueryDevice() (DeviceAttr, error) {
 		PhysPortCnt:     int(a.phys_port_cnt),
 	}, nil
 }
+
+// ForgetRemovedDevices has librdmacm rescan the RDMA devices, so that it
+// closes its contexts of devices that went away (rdma link delete, a hot
+// unplugged adapter) once no CM id uses them any more. librdmacm notices a
+// removed device only when it rescans, which it does only when asked for
+// the device list or when it meets an unknown device; and the kernel
+// finishes removing a device (of a driver that cannot disassociate user
+// contexts, such as rxe) only when every process closed it. So a process
+// that frees its resources on a removed device must call this, or the
+// removal hangs for as long as the process lives. It opens the devices
+// that are present, as librdmacm does for its device list.
+func ForgetRemovedDevices() error {
+	var n C.int
+	list, err := C.rdma_get_devices(&n)
+	if list == nil {
+		return fmt.Errorf("rdma_get_devices: %w", retErrno(-1, err))
+	}
+	C.rdma_free_devices(list)
+	return nil
+}

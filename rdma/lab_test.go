@@ -522,6 +522,11 @@ func TestLabConnection(t *testing.T) {
 		if err != nil || cq != s.cq {
 			t.Fatalf("GetEvent: %p, %v (want %p)", cq, err, s.cq)
 		}
+		// GetEvent found s.cq by the cq_handle of the kernel's event, which
+		// is the user_handle given at creation: what UserHandle reports.
+		if h := cq.UserHandle(); h == 0 || h%8 != 0 {
+			t.Errorf("UserHandle %#x: not the address of a struct ibv_cq", h)
+		}
 		s.cq.Ack(1)
 		if err := s.cq.ReqNotify(false); err != nil {
 			t.Fatal(err)

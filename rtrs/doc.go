@@ -43,4 +43,18 @@
 // offset. WriteLayout and ReadLayout compute that layout on the client,
 // ParseIOReq takes it apart on the server, PutWriteReq/PutReadReq build it
 // in a chunk-shaped buffer.
+//
+// # Client queues
+//
+// What a client session does with its requests does not depend on the
+// transport, and lives here: Request (with ReqList, its allocation-free
+// list), RequestQueue (per queue: the requests in flight by permit and the
+// connection carrying each, the waiting list, failover of a failed
+// connection's requests with their permits, completion with statistics,
+// -ENOTCONN once no path has hope) and QueueSet (the session's Permits
+// and the wake-up of queues that starve for one); Mailbox carries control
+// messages to a queue's thread. A transport (rtrs/tcp, rtrs/rdmatr)
+// supplies a Carrier: path selection and sending. PathAddr, the path
+// states, Params (ConnRsp.Params), CheckClientSession and ClientTimers are
+// shared the same way.
 package rtrs

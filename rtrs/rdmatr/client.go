@@ -92,6 +92,9 @@ type Client struct {
 	ready   chan struct{}
 	closed  atomic.Bool
 	wg      sync.WaitGroup
+	// maxRecon is max_reconnect_attempts (ClientConfig.MaxReconnectAttempts,
+	// SetMaxReconnectAttempts), read by the path goroutines.
+	maxRecon atomic.Int32
 }
 
 // clientPath is one path of the session, run by its own goroutine.
@@ -107,8 +110,11 @@ type clientPath struct {
 	rtt      atomic.Int64
 	reconCnt uint16
 	wakeFD   int
-	first    chan error // first connect outcome, once
-	cur      *pathConns // owned by the path goroutine
+	cmd      atomic.Int32 // the user's pending command (cmdNone, cmdReconnect, ...)
+	first    chan error   // first connect outcome, once
+	cur      *pathConns   // owned by the path goroutine
+	// live is cur while it carries requests, for CompletionQueues.
+	live atomic.Pointer[pathConns]
 }
 
 // pathConns are the connections and registrations of one connect of a
@@ -128,6 +134,7 @@ type pathConns struct {
 	failed   atomic.Bool
 	attached sync.WaitGroup // queues holding a connection of this set
 	hbSent   time.Time
+	cqs      []CQInfo // the CQs' handles (CompletionQueues)
 }
 
 // Usable, Inflight, Latency implement rtrs.PathLoad.
@@ -150,6 +157,7 @@ func DialClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		MissedHeartbeats: cfg.MissedHeartbeats, Timeout: cfg.Timeout}.WithDefaults()
 	cfg.ReconnectDelay, cfg.HeartbeatInterval, cfg.MissedHeartbeats, cfg.Timeout = t.ReconnectDelay, t.HeartbeatInterval, t.MissedHeartbeats, t.Timeout
 	c := &Client{cfg: cfg, ready: make(chan struct{}), region: cfg.Region}
+	c.maxRecon.Store(int32(cfg.MaxReconnectAttempts))
 	if c.region == nil {
 		if cfg.RegionSize <= 0 {
 			return nil, fmt.Errorf("rtrs/rdmatr: no Region and no RegionSize: %w", syscall.EINVAL)
@@ -293,9 +301,14 @@ func (c *Client) anyHope() bool {
 	return false
 }
 
+// closePaths marks the client closed and wakes every path goroutine so
+// that it ends. AddPath, under the same mutex, adds no path after it.
 func (c *Client) closePaths() {
 	c.closed.Store(true)
-	for _, p := range c.paths {
+	c.mu.Lock()
+	paths := append([]*clientPath(nil), c.paths...)
+	c.mu.Unlock()
+	for _, p := range paths {
 		p.wake()
 	}
 }
@@ -314,10 +327,12 @@ func (p *clientPath) wake() {
 	unix.Write(p.wakeFD, one[:])
 }
 
+// sleep waits d (plus a little jitter, as the kernel) before a reconnect
+// attempt; a user command or Close cuts it short.
 func (p *clientPath) sleep(d time.Duration) {
 	d += time.Duration(time.Now().UnixNano()%int64(rtrs.ReconnectSeed/time.Millisecond)) * time.Millisecond
 	deadline := time.Now().Add(d)
-	for !p.c.closed.Load() {
+	for !p.c.closed.Load() && p.cmd.Load() == cmdNone {
 		left := time.Until(deadline)
 		if left <= 0 {
 			return
@@ -328,7 +343,10 @@ func (p *clientPath) sleep(d time.Duration) {
 	}
 }
 
-// run connects the path, serves it, and reconnects after failures.
+// run connects the path, serves it, reconnects it after failures (up to
+// max_reconnect_attempts in a row, then it stays disconnected) and
+// follows the user's commands, until the path is removed or the client
+// closes.
 func (p *clientPath) run() {
 	c := p.c
 	defer c.wg.Done()
@@ -339,8 +357,21 @@ func (p *clientPath) run() {
 			p.first <- err
 		}
 	}
-	attempts := 0
+	defer func() { report(errors.New("rtrs/rdmatr: client closed or path removed")) }()
+	attempts, lastErr := 0, ""
 	for !c.closed.Load() {
+		switch p.takeCmd() {
+		case cmdRemove:
+			p.settle(PathStateRemoved)
+			return
+		case cmdDisconnect:
+			if !p.parked() {
+				return
+			}
+			attempts = 0
+		case cmdReconnect:
+			attempts = 0
+		}
 		pc, err := p.connect()
 		if err == nil {
 			err = c.adopt(pc)
@@ -352,31 +383,54 @@ func (p *clientPath) run() {
 			report(err)
 			p.stats.ReconnectFailed()
 			attempts++
-			if c.cfg.MaxReconnectAttempts >= 0 && attempts > c.cfg.MaxReconnectAttempts {
-				break
+			if l := c.cfg.Logf; l != nil && err.Error() != lastErr {
+				lastErr = err.Error() // a new reason, not every retry
+				l("rtrs/rdmatr client path %v: connect attempt %d: %v", p.addr, attempts, err)
+			}
+			if max := int(c.maxRecon.Load()); max >= 0 && attempts > max {
+				if l := c.cfg.Logf; l != nil {
+					l("rtrs/rdmatr client path %v: giving up after %d attempts: %v", p.addr, attempts, err)
+				}
+				if !p.parked() {
+					return
+				}
+				attempts = 0
+				continue
 			}
 			p.state.Store(PathStateReconnecting)
 			p.sleep(c.cfg.ReconnectDelay)
 			continue
 		}
-		attempts = 0
+		attempts, lastErr = 0, ""
 		p.stats.ReconnectSucceeded()
 		p.cur = pc
+		pc.cqs = pc.cqInfos()
+		p.live.Store(pc)
 		p.hbMissed.Store(0)
 		p.state.Store(PathStateConnected)
 		report(nil)
 		p.attach(pc)
 		p.serve(pc)
 		p.state.Store(PathStateReconnecting)
+		p.live.Store(nil)
 		p.teardown(pc)
 		p.cur = nil
-		if c.closed.Load() || c.cfg.MaxReconnectAttempts == 0 {
+		c.wakeQueues()
+		if c.closed.Load() {
 			break
+		}
+		if p.cmd.Load() != cmdNone {
+			continue // handled at the top; a reconnect goes at once, as the kernel's
+		}
+		if c.maxRecon.Load() == 0 {
+			if !p.parked() {
+				return
+			}
+			continue
 		}
 		p.sleep(c.cfg.ReconnectDelay)
 	}
 	p.state.Store(PathStateDisconnected)
-	report(errors.New("rtrs/rdmatr: client closed"))
 }
 
 // connect establishes the path as the kernel client does: cids
@@ -607,7 +661,7 @@ func (p *clientPath) serve(pc *pathConns) {
 	wcs := make([]rdma.WC, 32)
 	fds := []unix.PollFd{{Fd: int32(pc.ch.Fd()), Events: unix.POLLIN}, {Fd: int32(pc.svc.cc.Fd()), Events: unix.POLLIN}, {Fd: int32(p.wakeFD), Events: unix.POLLIN}}
 	next := time.Now().Add(c.cfg.HeartbeatInterval)
-	for !c.closed.Load() && !pc.failed.Load() {
+	for !c.closed.Load() && !pc.failed.Load() && p.cmd.Load() == cmdNone {
 		ms := max(int(time.Until(next)/time.Millisecond), 0)
 		unix.Poll(fds, ms)
 		var b [8]byte
@@ -737,4 +791,8 @@ func (pc *pathConns) destroy() {
 		pc.ch.Close()
 		pc.ch = nil
 	}
+	// If the device went away, librdmacm closes it only now that nothing
+	// of ours is on it, and only if told to look: without this the
+	// kernel's removal of the device (rdma link delete) waits for us.
+	_ = rdma.ForgetRemovedDevices()
 }

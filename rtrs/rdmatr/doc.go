@@ -75,7 +75,25 @@
 // writes-with-imm on cid 0, both ways), fail the path: its requests are
 // re-sent on another path (policy rtrs.Select) or wait, the connections
 // are disconnected and freed once no queue polls them, and the path
-// reconnects after ReconnectDelay, up to MaxReconnectAttempts.
+// reconnects after ReconnectDelay, up to MaxReconnectAttempts failed
+// attempts in a row; then it stays disconnected. With no path left that
+// may come back, waiting requests fail with -ENOTCONN.
+//
+// Paths are managed at run time as with the kernel's sysfs files:
+// Client.AddPath, RemovePath, DisconnectPath, ReconnectPath and
+// SetMaxReconnectAttempts, with the API of package rtrs/tcp. A path that
+// is removed, disconnected or reconnected hands its requests to the other
+// paths exactly as a failed one.
+//
+// When a device goes away (rdma link delete, DEVICE_REMOVAL), the path
+// fails over and frees its resources on the device, then has librdmacm
+// rescan the devices (rdma.ForgetRemovedDevices) so that it closes the
+// device: the kernel finishes the removal only then. Once the device is
+// back, the path reconnects.
+//
+// Client.CompletionQueues lists the CQ of every connection with the
+// user_handle the kernel knows it by, for eBPF programs on the completion
+// path.
 //
 // # Tests
 //

@@ -3,13 +3,17 @@ package rdmatr
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -306,8 +310,45 @@ func (e *labEnv) logStats(t *testing.T) {
 	}
 }
 
+// checkCQs checks CompletionQueues against the connected paths: each has
+// its service connection (queue -1) and one connection per queue, each
+// with a CQ handle of its own.
+func (e *labEnv) checkCQs(t *testing.T) {
+	t.Helper()
+	cqs := e.cl.CompletionQueues()
+	handles := map[uint64]bool{}
+	for _, cq := range cqs {
+		if cq.UserHandle == 0 || handles[cq.UserHandle] {
+			t.Errorf("CQ %+v: handle zero or seen twice", cq)
+		}
+		handles[cq.UserHandle] = true
+	}
+	for _, pi := range e.cl.Paths() {
+		var queues []int
+		for _, cq := range cqs {
+			if cq.Path == pi.Index {
+				if cq.PathAddr != pi.Addr.String() {
+					t.Errorf("CQ %+v: path %d is %s", cq, pi.Index, pi.Addr)
+				}
+				queues = append(queues, cq.Queue)
+			}
+		}
+		want := 0
+		if pi.State == "connected" {
+			want = 1 + e.cl.Queues()
+		}
+		if len(queues) != want || (want > 0 && (queues[0] != -1 || queues[want-1] != want-2)) {
+			t.Errorf("path %d (%s): CQs of queues %v, want -1..%d", pi.Index, pi.State, queues, e.cl.Queues()-1)
+		}
+	}
+}
+
 func TestLabReadWrite(t *testing.T) {
 	e := startLab(t, 1, 2, 8, 0)
+	e.checkCQs(t)
+	if n := len(e.cl.CompletionQueues()); n != 3 {
+		t.Errorf("%d CQs for one path with two queues, want 3", n)
+	}
 	time.Sleep(2 * time.Second)
 	ops := e.stopAndCheck(t)
 	t.Logf("%d requests (half writes, half reads checked) in 2 s; server saw %d", ops, e.backend.ios.Load())
@@ -359,4 +400,325 @@ func TestLabFailoverReconnect(t *testing.T) {
 			t.Errorf("path %d: no heartbeat round trip measured", pi.Index)
 		}
 	}
+}
+
+// served returns how many requests the server handled on its address a.
+func (m *memBackend) served(a netip.Addr) int64 {
+	if v, ok := m.paths.Load(a); ok {
+		return v.(*atomic.Int64).Load()
+	}
+	return 0
+}
+
+// ops returns the requests the drivers completed so far.
+func (e *labEnv) ops() int64 {
+	var n int64
+	for _, d := range e.drivers {
+		n += d.ops.Load()
+	}
+	return n
+}
+
+// waitOps waits until the drivers complete n more requests: I/O makes
+// progress.
+func (e *labEnv) waitOps(t *testing.T, n int64, within time.Duration) {
+	t.Helper()
+	from := e.ops()
+	if !labtest.WaitFor(within, func() bool { return e.ops() >= from+n }) {
+		t.Fatalf("I/O stalled: %d requests in %v, want %d; paths %+v", e.ops()-from, within, n, e.cl.Paths())
+	}
+}
+
+// pathState returns the state name of client path idx.
+func (e *labEnv) pathState(idx int) string {
+	for _, pi := range e.cl.Paths() {
+		if pi.Index == idx {
+			return pi.State
+		}
+	}
+	return "no such path"
+}
+
+// waitState waits until client path idx is in state want.
+func (e *labEnv) waitState(t *testing.T, idx int, want string, within time.Duration) {
+	t.Helper()
+	if !labtest.WaitFor(within, func() bool { return e.pathState(idx) == want }) {
+		t.Fatalf("path %d is %s after %v, want %s", idx, e.pathState(idx), within, want)
+	}
+}
+
+// waitServed waits until the server handles requests on address a again.
+func (e *labEnv) waitServed(t *testing.T, a netip.Addr, after int64, within time.Duration) {
+	t.Helper()
+	if !labtest.WaitFor(within, func() bool { return e.backend.served(a) > after }) {
+		t.Fatalf("no request reached %v within %v (still %d)", a, within, after)
+	}
+}
+
+// submitOne sends one write of the first slot's block on queue 0 (whose
+// drivers are stopped) and returns its errno.
+func (e *labEnv) submitOne(t *testing.T) int {
+	t.Helper()
+	got := make(chan int, 1)
+	var usr [8]byte
+	r := &Request{Write: true, Usr: usr[:], Data: e.cl.Region()[:blockSz], Done: func(_ *Request, errno int) { got <- errno }}
+	e.cl.Queue(0).Do(func(q *ClientQueue) {
+		if err := q.Submit(r); err != nil {
+			t.Errorf("Submit: %v", err)
+			got <- -int(syscall.EINVAL)
+		}
+	})
+	select {
+	case errno := <-got:
+		return errno
+	case <-time.After(30 * time.Second):
+		t.Fatalf("request did not end within 30 s; paths %+v", e.cl.Paths())
+	}
+	return 0
+}
+
+func wantErrno(t *testing.T, what string, err error, want syscall.Errno) {
+	t.Helper()
+	if !errors.Is(err, want) {
+		t.Errorf("%s: %v, want %v", what, err, want)
+	}
+}
+
+// TestLabPathManagement disconnects, reconnects, removes and adds paths
+// of a live session under verified I/O, and changes max_reconnect_attempts
+// at run time: a path that goes away hands its requests to the other path.
+func TestLabPathManagement(t *testing.T) {
+	e := startLab(t, 2, 2, 8, 200*time.Millisecond)
+	e.waitOps(t, 200, 20*time.Second)
+
+	// Disconnect: path 0 goes down and stays down; I/O continues on path 1.
+	if err := e.cl.DisconnectPath(0); err != nil {
+		t.Fatal(err)
+	}
+	e.waitState(t, 0, "disconnected", 20*time.Second)
+	if !labtest.WaitFor(20*time.Second, func() bool { return e.srv.PathCount() == 1 }) {
+		t.Fatalf("server still has %d paths after the client disconnected one", e.srv.PathCount())
+	}
+	e.checkCQs(t) // path 0's CQs are gone
+	onSrv1 := e.backend.served(srv1)
+	e.waitOps(t, 200, 20*time.Second)
+	time.Sleep(time.Second) // 5 × ReconnectDelay: it must not come back by itself
+	if st := e.pathState(0); st != "disconnected" {
+		t.Errorf("disconnected path came back by itself: %s", st)
+	}
+	if n := e.backend.served(srv1); n != onSrv1 {
+		t.Errorf("%d requests reached %v while its path was disconnected", n-onSrv1, srv1)
+	}
+
+	// Reconnect: path 0 carries requests again.
+	if err := e.cl.ReconnectPath(0); err != nil {
+		t.Fatal(err)
+	}
+	e.waitState(t, 0, "connected", 30*time.Second)
+	e.waitServed(t, srv1, onSrv1, 20*time.Second)
+	e.checkCQs(t) // and back
+
+	// Remove: path 0 is gone for good; its index stays taken.
+	if err := e.cl.RemovePath(0); err != nil {
+		t.Fatal(err)
+	}
+	e.waitState(t, 0, "removed", 20*time.Second)
+	wantErrno(t, "RemovePath of a removed path", e.cl.RemovePath(0), syscall.ENOENT)
+	wantErrno(t, "ReconnectPath of a removed path", e.cl.ReconnectPath(0), syscall.ENOENT)
+	wantErrno(t, "DisconnectPath of no path", e.cl.DisconnectPath(7), syscall.ENOENT)
+	if !labtest.WaitFor(20*time.Second, func() bool { return e.srv.PathCount() == 1 }) {
+		t.Fatalf("server still has %d paths after the client removed one", e.srv.PathCount())
+	}
+	onSrv1 = e.backend.served(srv1)
+	e.waitOps(t, 200, 20*time.Second)
+	if n := e.backend.served(srv1); n != onSrv1 {
+		t.Errorf("%d requests reached %v after its path was removed", n-onSrv1, srv1)
+	}
+
+	// Add it back, under a new index.
+	added := PathAddr{Src: cli1.String(), Dst: e.addrs[0].String()}
+	idx, err := e.cl.AddPath(added)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if idx != 2 {
+		t.Errorf("AddPath returned index %d, want 2", idx)
+	}
+	_, err = e.cl.AddPath(added)
+	wantErrno(t, "AddPath of a path the session has", err, syscall.EEXIST)
+	e.waitState(t, idx, "connected", 30*time.Second)
+	e.waitServed(t, srv1, onSrv1, 20*time.Second)
+
+	// max_reconnect_attempts 0, set at run time: a path the server drops
+	// stays down until the user reconnects it.
+	wantErrno(t, "SetMaxReconnectAttempts(-2)", e.cl.SetMaxReconnectAttempts(-2), syscall.EINVAL)
+	if err := e.cl.SetMaxReconnectAttempts(0); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.srv.DisconnectPaths(srv1); n != 1 {
+		t.Fatalf("server closed %d paths on %v, want 1", n, srv1)
+	}
+	e.waitState(t, idx, "disconnected", 20*time.Second)
+	time.Sleep(time.Second)
+	if st := e.pathState(idx); st != "disconnected" {
+		t.Errorf("with max_reconnect_attempts 0 the dropped path is %s, want disconnected", st)
+	}
+	if err := e.cl.SetMaxReconnectAttempts(-1); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.cl.ReconnectPath(idx); err != nil {
+		t.Fatal(err)
+	}
+	e.waitState(t, idx, "connected", 30*time.Second)
+
+	ops := e.stopAndCheck(t)
+	var failovers uint64
+	for _, pi := range e.cl.Paths() {
+		failovers += pi.Stats.Snapshot().Failovers
+	}
+	t.Logf("%d requests, all verified; %d failed over", ops, failovers)
+	e.logStats(t)
+
+	// A request with a path to go to succeeds; with every path
+	// disconnected it fails instead of waiting forever.
+	if errno := e.submitOne(t); errno != 0 {
+		t.Fatalf("request with two paths up: errno %d", errno)
+	}
+	for _, i := range []int{1, idx} {
+		if err := e.cl.DisconnectPath(i); err != nil {
+			t.Fatal(err)
+		}
+		e.waitState(t, i, "disconnected", 20*time.Second)
+	}
+	if errno := e.submitOne(t); errno != -int(syscall.ENOTCONN) {
+		t.Errorf("request with every path disconnected: errno %d, want -ENOTCONN", errno)
+	}
+}
+
+// runFor runs a command and fails t if it fails or does not end within
+// limit (rdma link delete waits, unkillable, for every process to close
+// the device: then the test fails instead of hanging).
+func runFor(t *testing.T, limit time.Duration, name string, args ...string) {
+	t.Helper()
+	cmdline := name + " " + strings.Join(args, " ")
+	t0 := time.Now()
+	type result struct {
+		out []byte
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := exec.Command(name, args...).CombinedOutput()
+		done <- result{out, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			t.Fatalf("%s: %v (after %v)\n%s", cmdline, r.err, time.Since(t0).Round(time.Millisecond), r.out)
+		}
+	case <-time.After(limit):
+		t.Fatalf("%s did not end within %v", cmdline, limit)
+	}
+	t.Logf("%s: done in %v", cmdline, time.Since(t0).Round(time.Millisecond))
+}
+
+// TestLabLinkDown takes path 1 away under verified I/O by deleting its
+// client-side soft-RoCE device (rdma link delete rxe0): every request
+// must complete, on path 2, and none may reach path 1's server address;
+// once the device is back (provision.sh), path 1 reconnects by itself and
+// carries requests again.
+func TestLabLinkDown(t *testing.T) {
+	needLab(t)
+	labtest.NeedCommand(t, "rdma")
+	e := startLab(t, 2, 2, 8, 200*time.Millisecond)
+	restore := e.takeDown(t, "rdma", "link", "delete", "rxe0")
+	restore()
+	t0 := time.Now()
+	e.waitState(t, 0, "connected", 60*time.Second)
+	t.Logf("path 0 reconnected %v after the device came back", time.Since(t0).Round(time.Millisecond))
+	e.waitServed(t, srv1, e.backend.served(srv1), 20*time.Second)
+	e.finish(t)
+}
+
+// TestLabVethDown takes path 1 away under verified I/O by setting its
+// client-side veth down: every request must complete, on path 2, and none
+// may reach path 1's server address. Then the lab is restored.
+//
+// It runs only with URNBD_LAB_VETH_DOWN=1: on the lab's 6.12 kernel the
+// connection manager over that veth pair does not recover from the flap
+// (after the failed path's connections are torn down while the link is
+// down, no RDMA CM connection gets through the pair again, not even
+// between fresh rping processes, and recreating rxe0 does not help), so
+// path 1 stays unusable for the tests that run after it in the same VM.
+// The test therefore only logs whether the path reconnects.
+func TestLabVethDown(t *testing.T) {
+	if os.Getenv("URNBD_LAB_VETH_DOWN") != "1" {
+		t.Skip("set URNBD_LAB_VETH_DOWN=1: it leaves the lab's path 1 unusable for later tests (see the comment)")
+	}
+	needLab(t)
+	labtest.NeedCommand(t, "ip")
+	e := startLab(t, 2, 2, 8, 200*time.Millisecond)
+	restore := e.takeDown(t, "ip", "link", "set", "veth0", "down")
+	restore()
+	if labtest.WaitFor(20*time.Second, func() bool { return e.pathState(0) == "connected" }) {
+		t.Log("path 0 reconnected after the veth came back")
+	} else {
+		t.Logf("path 0 is %s 20 s after the veth came back (the kernel issue in the comment)", e.pathState(0))
+	}
+	e.finish(t)
+}
+
+// takeDown waits for I/O on both paths, runs the command that takes path
+// 1 (index 0) down, and checks that the client fails the path and that
+// the I/O goes on, over path 2 only. It returns the function that
+// restores the lab (provision.sh rdma); a cleanup restores it if the test
+// ends before.
+func (e *labEnv) takeDown(t *testing.T, down ...string) (restore func()) {
+	t.Helper()
+	prov := filepath.Join(repoRoot(t), "tools", "lab", "provision.sh")
+	restored := false
+	restore = func() {
+		t.Helper()
+		restored = true
+		runFor(t, 2*time.Minute, prov, "rdma")
+	}
+	t.Cleanup(func() {
+		if !restored { // leave the lab as later tests expect it
+			if out, err := exec.Command(prov, "rdma").CombinedOutput(); err != nil {
+				t.Errorf("restoring the lab: %v\n%s", err, out)
+			}
+		}
+	})
+	e.waitOps(t, 200, 20*time.Second)
+	if e.backend.served(srv1) == 0 || e.backend.served(srv2) == 0 {
+		t.Fatalf("before the link went down: %d requests on %v, %d on %v; want both paths used",
+			e.backend.served(srv1), srv1, e.backend.served(srv2), srv2)
+	}
+	runFor(t, time.Minute, down[0], down[1:]...)
+	if !labtest.WaitFor(20*time.Second, func() bool { return e.pathState(0) != "connected" }) {
+		t.Fatalf("path 0 still connected 20 s after %s", strings.Join(down, " "))
+	}
+	time.Sleep(200 * time.Millisecond) // let the failover settle
+	onSrv1, onSrv2 := e.backend.served(srv1), e.backend.served(srv2)
+	e.waitOps(t, 300, 30*time.Second)
+	if n := e.backend.served(srv1); n != onSrv1 {
+		t.Errorf("%d requests reached %v while its link was down", n-onSrv1, srv1)
+	}
+	if e.backend.served(srv2) <= onSrv2 {
+		t.Errorf("no request went over path 2 (%v) while path 1 was down", srv2)
+	}
+	return restore
+}
+
+// finish stops the I/O, checks that every request ended well and every
+// read matched, and logs the failovers.
+func (e *labEnv) finish(t *testing.T) {
+	t.Helper()
+	ops := e.stopAndCheck(t)
+	var failovers uint64
+	for _, pi := range e.cl.Paths() {
+		failovers += pi.Stats.Snapshot().Failovers
+	}
+	t.Logf("%d requests, all verified; %d failed over", ops, failovers)
+	e.logStats(t)
 }

@@ -345,6 +345,9 @@ func (s *Server) onConnectRequest(ev *rdma.Event) {
 	}
 	sc, err := s.newServerConn(p, id, req.CID)
 	if err != nil {
+		s.logf("path %v cid %d: %v", id.LocalAddr(), req.CID, err)
+		// A no-op if the failure already destroyed the id with the
+		// connection's resources: then the peer's connect times out.
 		s.reject(id, syscall.ENOMEM)
 		return
 	}

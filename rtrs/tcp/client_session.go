@@ -77,6 +77,9 @@ type Client struct {
 	paths  []*clientPath
 	closed bool
 	wg     sync.WaitGroup
+	// maxRecon is max_reconnect_attempts (ClientConfig.MaxReconnectAttempts,
+	// SetMaxReconnectAttempts), read by the path goroutines.
+	maxRecon atomic.Int32
 }
 
 // clientPath is one path of a client session and its control goroutine.
@@ -159,6 +162,7 @@ func DialClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{cfg: cfg, pathsUUID: newUUID()}
+	c.maxRecon.Store(int32(cfg.MaxReconnectAttempts))
 	var first error
 	var conns [][]*ClientConn
 	for i, a := range cfg.Paths {
@@ -310,6 +314,21 @@ func (c *Client) DisconnectPath(idx int) error { return c.pathCmd(idx, cmdDiscon
 // ReconnectPath closes path idx and connects it again.
 func (c *Client) ReconnectPath(idx int) error { return c.pathCmd(idx, cmdReconnect) }
 
+// SetMaxReconnectAttempts changes max_reconnect_attempts for every path:
+// how many reconnects a failed path tries before it stays disconnected
+// (-1: forever, 0: none). It applies from the next attempt; a path that
+// already gave up waits for ReconnectPath.
+func (c *Client) SetMaxReconnectAttempts(n int) error {
+	if err := rtrs.CheckMaxReconnectAttempts(n); err != nil {
+		return fmt.Errorf("rtrs/tcp client: %w", err)
+	}
+	c.maxRecon.Store(int32(n))
+	return nil
+}
+
+// MaxReconnectAttempts returns the current max_reconnect_attempts.
+func (c *Client) MaxReconnectAttempts() int { return int(c.maxRecon.Load()) }
+
 func (c *Client) pathCmd(idx int, cmd pathCmd) error {
 	p, err := c.path(idx)
 	if err != nil {
@@ -406,7 +425,7 @@ func (p *clientPath) run(conns []*ClientConn) {
 				case <-time.After(d):
 				}
 			}
-			if max := p.c.cfg.MaxReconnectAttempts; p.everUp && max >= 0 && attempts >= max {
+			if max := int(p.c.maxRecon.Load()); p.everUp && max >= 0 && attempts >= max {
 				// Given up: the path stays, disconnected, until the
 				// user reconnects it.
 				p.state.Store(PathStateDisconnected)

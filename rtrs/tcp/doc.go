@@ -92,7 +92,8 @@
 // wait for a reconnect, and fail with -ENOTCONN once no path may come back
 // (max_reconnect_attempts exhausted, or all paths removed or
 // disconnected). A path reconnects after ReconnectDelay, as often as
-// MaxReconnectAttempts allows (-1: always).
+// MaxReconnectAttempts allows (-1: always; Client.SetMaxReconnectAttempts
+// changes it at run time).
 //
 // The server reads each connection with one goroutine; a request's payload
 // is read straight into its chunk, the handler serves it (synchronously or

@@ -682,6 +682,38 @@ func TestSessionMaxReconnectAttempts(t *testing.T) {
 	}
 }
 
+// max_reconnect_attempts changed at run time applies to the next failure.
+func TestSessionSetMaxReconnectAttempts(t *testing.T) {
+	b := newMemBackend(1 << 20)
+	_, addr := startIOServer(t, b, "127.0.0.1:0")
+	p := startProxy(t, addr)
+	cfg := ClientConfig{SessName: "test", Queues: 1, Paths: []PathAddr{{Dst: p.addr()}}, MaxReconnectAttempts: -1,
+		ReconnectDelay: 20 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond, Timeout: time.Second}
+	c, err := DialClient(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go c.Queue(0).Run(nil)
+	defer c.Close()
+	for _, bad := range []int{-2, 10000} {
+		if err := c.SetMaxReconnectAttempts(bad); !errors.Is(err, syscall.EINVAL) {
+			t.Errorf("SetMaxReconnectAttempts(%d) = %v, want EINVAL", bad, err)
+		}
+	}
+	if err := c.SetMaxReconnectAttempts(2); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.MaxReconnectAttempts(); n != 2 {
+		t.Fatalf("MaxReconnectAttempts() = %d after setting 2", n)
+	}
+	p.kill()
+	// With -1 (the configuration) it would reconnect forever.
+	waitPathState(t, c, 0, "disconnected")
+	if got := string(c.Paths()[0].Stats.AppendReconnects(nil)); got != "0 2\n" {
+		t.Errorf("stats/reconnects = %q, want \"0 2\\n\" (first connect, then 2 failed attempts)", got)
+	}
+}
+
 // loopDriver keeps depth requests in flight on one queue until n have
 // completed; everything runs on the queue's thread.
 type loopDriver struct {
