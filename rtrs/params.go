@@ -1,6 +1,9 @@
 package rtrs
 
-import "fmt"
+import (
+	"fmt"
+	"syscall"
+)
 
 // Params are the session parameters a server announced in its ConnRsp,
 // checked and with what follows from them.
@@ -39,4 +42,17 @@ func (m *ConnRsp) Params() (Params, error) {
 		Flags:      m.Flags,
 		Codec:      codec,
 	}, nil
+}
+
+// CheckRequest checks that r fits the session: at most MaxIOSize bytes of
+// data, and a user message that leaves room for the largest RTRS header
+// (a read's, with one descriptor) in MaxHdrSize. Errors wrap EINVAL.
+func (p *Params) CheckRequest(r *Request) error {
+	if len(r.Data) > p.MaxIOSize {
+		return fmt.Errorf("request of %d bytes, max_io_size is %d: %w", len(r.Data), p.MaxIOSize, syscall.EINVAL)
+	}
+	if len(r.Usr)+RdmaReadHdrSize+SGDescSize > p.MaxHdrSize {
+		return fmt.Errorf("user message of %d bytes too large for max_hdr_size %d: %w", len(r.Usr), p.MaxHdrSize, syscall.EINVAL)
+	}
+	return nil
 }

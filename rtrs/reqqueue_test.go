@@ -351,6 +351,12 @@ func TestConnRspParams(t *testing.T) {
 	if _, err := p.Codec.IOReq(511, 100); err != nil {
 		t.Errorf("codec of the params refuses buf id 511: %v", err)
 	}
+	mustNoErr(t, p.CheckRequest(&Request{Data: make([]byte, p.MaxIOSize), Usr: make([]byte, p.MaxHdrSize-RdmaReadHdrSize-SGDescSize)}))
+	for _, r := range []*Request{{Data: make([]byte, p.MaxIOSize+1)}, {Usr: make([]byte, p.MaxHdrSize-RdmaReadHdrSize-SGDescSize+1)}} {
+		if err := p.CheckRequest(r); !errors.Is(err, syscall.EINVAL) {
+			t.Errorf("CheckRequest of %d data, %d user bytes: %v, want EINVAL", len(r.Data), len(r.Usr), err)
+		}
+	}
 	_, err = (&ConnRsp{QueueDepth: 512, MaxIOSize: 126976}).Params()
 	wantErr(t, err, ErrOutOfRange)
 	_, err = (&ConnRsp{QueueDepth: 1, MaxIOSize: 1 << 28, MaxHdrSize: 4096}).Params()

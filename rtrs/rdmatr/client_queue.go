@@ -313,12 +313,8 @@ func (qc *qconn) Latency() int64  { return qc.path.Latency() }
 // be sent (too large, or Data outside the registered region); then Done
 // is not called.
 func (q *ClientQueue) Submit(r *Request) error {
-	p := q.c.params
-	if len(r.Data) > p.MaxIOSize {
-		return fmt.Errorf("rtrs/rdmatr: request of %d bytes, max_io_size is %d: %w", len(r.Data), p.MaxIOSize, syscall.EINVAL)
-	}
-	if len(r.Usr)+rtrs.RdmaReadHdrSize+rtrs.SGDescSize > p.MaxHdrSize {
-		return fmt.Errorf("rtrs/rdmatr: user message of %d bytes too large for max_hdr_size %d: %w", len(r.Usr), p.MaxHdrSize, syscall.EINVAL)
+	if err := q.c.params.CheckRequest(r); err != nil {
+		return fmt.Errorf("rtrs/rdmatr: %w", err)
 	}
 	if _, ok := regionOffset(q.c.region, r.Data); !ok {
 		return fmt.Errorf("rtrs/rdmatr: request data is not inside the registered region: %w", syscall.EINVAL)

@@ -302,12 +302,8 @@ func (qc *qconn) Latency() int64  { return qc.path.Latency() }
 // a path comes up. It returns an error only for a request that can never
 // be sent (too large); then Done is not called.
 func (q *ClientQueue) Submit(r *Request) error {
-	p := q.c.params
-	if len(r.Data) > p.MaxIOSize {
-		return fmt.Errorf("rtrs/tcp: request of %d bytes, max_io_size is %d: %w", len(r.Data), p.MaxIOSize, syscall.EINVAL)
-	}
-	if len(r.Usr)+rtrs.RdmaReadHdrSize+rtrs.SGDescSize > p.MaxHdrSize {
-		return fmt.Errorf("rtrs/tcp: user message of %d bytes too large for max_hdr_size %d: %w", len(r.Usr), p.MaxHdrSize, syscall.EINVAL)
+	if err := q.c.params.CheckRequest(r); err != nil {
+		return fmt.Errorf("rtrs/tcp: %w", err)
 	}
 	q.reqs.Submit(r)
 	return nil
