@@ -99,7 +99,13 @@ func (t *rdmaTransport) release(block int) {
 }
 
 func (t *rdmaTransport) completionQueues() []CompletionQueue {
-	return nil
+	var out []CompletionQueue
+	for _, cq := range t.c.CompletionQueues() {
+		if cpu := t.cpus.get(cq.Queue); cpu >= 0 {
+			out = append(out, CompletionQueue{Path: cq.Path, Queue: cq.Queue, CPU: cpu, UserHandle: cq.UserHandle})
+		}
+	}
+	return out
 }
 
 func (t *rdmaTransport) paths() []PathStatus {
@@ -111,18 +117,22 @@ func (t *rdmaTransport) paths() []PathStatus {
 }
 
 func (t *rdmaTransport) addPath(src, dst string) (int, error) {
-	return 0, fmt.Errorf("rnbd: add a path to an RDMA session: %w", syscall.EOPNOTSUPP)
+	return t.c.AddPath(rdmatr.PathAddr{Src: src, Dst: dst})
 }
 
 func (t *rdmaTransport) pathOp(idx int, op PathOp) error {
-	return fmt.Errorf("rnbd: %v a path of an RDMA session: %w", op, syscall.EOPNOTSUPP)
+	switch op {
+	case PathRemove:
+		return t.c.RemovePath(idx)
+	case PathDisconnect:
+		return t.c.DisconnectPath(idx)
+	}
+	return t.c.ReconnectPath(idx)
 }
 
 func (t *rdmaTransport) setPolicy(p rtrs.MPPolicy) { t.c.SetPolicy(p) }
 
-func (t *rdmaTransport) setMaxReconnectAttempts(n int) error {
-	return fmt.Errorf("rnbd: max_reconnect_attempts of an RDMA session: %w", syscall.EOPNOTSUPP)
-}
+func (t *rdmaTransport) setMaxReconnectAttempts(n int) error { return t.c.SetMaxReconnectAttempts(n) }
 
 type rdmaQueue struct {
 	q    *rdmatr.ClientQueue

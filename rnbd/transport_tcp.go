@@ -2,7 +2,6 @@ package rnbd
 
 import (
 	"context"
-	"fmt"
 	"syscall"
 
 	"github.com/urnbd/urnbd/rtrs"
@@ -90,9 +89,7 @@ func (t *tcpTransport) pathOp(idx int, op PathOp) error {
 
 func (t *tcpTransport) setPolicy(p rtrs.MPPolicy) { t.c.SetPolicy(p) }
 
-func (t *tcpTransport) setMaxReconnectAttempts(n int) error {
-	return fmt.Errorf("rnbd: max_reconnect_attempts of a TCP session: %w", syscall.EOPNOTSUPP)
-}
+func (t *tcpTransport) setMaxReconnectAttempts(n int) error { return t.c.SetMaxReconnectAttempts(n) }
 
 type tcpQueue struct {
 	q    *tcp.ClientQueue
