@@ -187,7 +187,9 @@ func (c *Control) DevInfo(id uint32) (DevInfo, error) {
 // QueueAffinity returns the CPUs that the block layer maps to queue q.
 func (c *Control) QueueAffinity(id uint32, q uint16) (unix.CPUSet, error) {
 	var set unix.CPUSet
-	cmd := CtrlCmd{DevID: id, QueueID: q}
+	// The kernel reads the queue from data[0], not queue_id
+	// (ublk_ctrl_get_queue_affinity).
+	cmd := CtrlCmd{DevID: id, QueueID: ^uint16(0), Data: uint64(q)}
 	_, err := c.do("GET_QUEUE_AFFINITY", opGetQueueAffinity, &cmd, unsafe.Pointer(&set), unsafe.Sizeof(set))
 	return set, err
 }

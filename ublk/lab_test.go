@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -310,5 +311,48 @@ func TestLabBuffersFromCallerRegion(t *testing.T) {
 	}
 	if !bytes.Equal(buf, bytes.Repeat([]byte{0xA5}, len(buf))) {
 		t.Fatalf("read returned % x..., want the region's 0xa5 bytes", buf[:8])
+	}
+}
+
+// Each queue's thread is pinned to the CPUs the block layer maps to that
+// queue: with one queue per CPU, queue i to CPU i. (The kernel reads the
+// queue of GET_QUEUE_AFFINITY from data[0]; asking with queue_id gets
+// queue 0's CPUs for every queue, and every thread on CPU 0.)
+func TestLabQueueThreadsPinnedToTheirCPUs(t *testing.T) {
+	ctrl := openControl(t)
+	ncpu := runtime.NumCPU()
+	if ncpu < 2 {
+		t.Skip("needs 2 CPUs")
+	}
+	dev, _ := loopDevice(t, ctrl, labtest.SparseFile(t, 16<<20), ncpu)
+	pinned := map[string]bool{}
+	for q := range ncpu {
+		set, err := ctrl.QueueAffinity(dev.ID(), uint16(q))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if set.Count() != 1 || !set.IsSet(q) {
+			t.Errorf("queue %d: affinity has %d CPUs, CPU %d set: %v; want CPU %d only", q, set.Count(), q, set.IsSet(q), q)
+		}
+	}
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		status, err := os.ReadFile("/proc/self/task/" + task.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(status), "\n") {
+			if v, ok := strings.CutPrefix(l, "Cpus_allowed_list:"); ok {
+				pinned[strings.TrimSpace(v)] = true
+			}
+		}
+	}
+	for cpu := range ncpu {
+		if !pinned[strconv.Itoa(cpu)] {
+			t.Errorf("no thread is pinned to CPU %d alone (threads' CPU lists: %v)", cpu, pinned)
+		}
 	}
 }
