@@ -644,13 +644,17 @@ func TestLabLinkDown(t *testing.T) {
 // client-side veth down: every request must complete, on path 2, and none
 // may reach path 1's server address. Then the lab is restored.
 //
-// It runs only with URNBD_LAB_VETH_DOWN=1: on the lab's 6.12 kernel the
-// connection manager over that veth pair does not recover from the flap
-// (after the failed path's connections are torn down while the link is
-// down, no RDMA CM connection gets through the pair again, not even
-// between fresh rping processes, and recreating rxe0 does not help), so
-// path 1 stays unusable for the tests that run after it in the same VM.
-// The test therefore only logs whether the path reconnects.
+// It runs only with URNBD_LAB_VETH_DOWN=1, because of the lab kernel
+// (6.12, rxe): the connection manager's messages that go out while the
+// veth pair is down (the disconnect requests of the failed path's
+// connections) fail to send, and rxe moves the GSI QP (QP1) of both ends,
+// rxe0 and rxe1, to the error state for good (rdma resource show qp:
+// "lqpn 1 type GSI state ERR"). No RDMA CM connection gets through the
+// pair again, not even between fresh rping processes, until both rxe
+// devices are made anew, and rxe1 is held by the server's listener. So
+// path 1 stays unusable for the tests that run after it in the same VM,
+// and the test only logs whether the path reconnects (with the QP states
+// when it does not).
 func TestLabVethDown(t *testing.T) {
 	if os.Getenv("URNBD_LAB_VETH_DOWN") != "1" {
 		t.Skip("set URNBD_LAB_VETH_DOWN=1: it leaves the lab's path 1 unusable for later tests (see the comment)")
@@ -664,6 +668,8 @@ func TestLabVethDown(t *testing.T) {
 		t.Log("path 0 reconnected after the veth came back")
 	} else {
 		t.Logf("path 0 is %s 20 s after the veth came back (the kernel issue in the comment)", e.pathState(0))
+		out, _ := exec.Command("rdma", "resource", "show", "qp").CombinedOutput()
+		t.Logf("rdma resource show qp:\n%s", out)
 	}
 	e.finish(t)
 }
