@@ -15,7 +15,7 @@
 # and the fio runs alternate between them workload by workload, for
 # URNBD_BENCH_ROUNDS rounds (default 1): a disturbance from outside (other
 # VMs on the host) hits all of them alike, and each figure is its best round.
-# Writes $LAB_OUT/rnbd-bench.txt.
+# Writes $LAB_OUT/rnbd-bench.txt (and every run in rnbd-bench-runs.txt).
 set -euo pipefail
 : "${URNBD_BIN:?}"
 here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
@@ -152,12 +152,18 @@ DEV[urnbd-kernel]=$(umap uk 1234 /dev/nullb3)
 DEV[kernel-urnbd]=$(kmap ku 1236 nullb4)
 names=(kernel-kernel nvme-rdma urnbd-urnbd urnbd-kernel kernel-urnbd)
 for n in "${names[@]}"; do echo "rnbd-lab: $n on ${DEV[$n]}" >&2; done
+runs=${LAB_OUT:-/tmp}/rnbd-bench-runs.txt # every fio run: ROUND NAME RW BS IOPS
+: >"$runs"
 for ((round = 1; round <= rounds; round++)); do
   order=("${names[@]}")
   ((round % 2)) || order=(kernel-urnbd urnbd-kernel urnbd-urnbd nvme-rdma kernel-kernel)
   for w in "rr randread 4k" "rw randwrite 4k" "sr read 128k"; do
     read -r k rw bs <<<"$w"
-    for n in "${order[@]}"; do best "$n,$k" "$(fio_iops "${DEV[$n]}" "$rw" "$bs")"; done
+    for n in "${order[@]}"; do
+      v=$(fio_iops "${DEV[$n]}" "$rw" "$bs")
+      echo "$round $n $rw $bs $v" >>"$runs"
+      best "$n,$k" "$v"
+    done
   done
 done
 for n in kernel-kernel kernel-urnbd; do kunmap "${DEV[$n]}"; unset "DEV[$n]"; done
