@@ -3,6 +3,8 @@ package rnbd
 import (
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/urnbd/urnbd/ublk"
 	"github.com/urnbd/urnbd/uring"
 )
@@ -24,7 +26,7 @@ type queue struct {
 
 func (t *target) NewQueue(uq *ublk.Queue) (ublk.QueueHandler, error) {
 	q := &queue{d: t.d, uq: uq, buf: make([][]byte, uq.Depth()), usr: make([][IOSize]byte, uq.Depth())}
-	q.rq = t.d.c.t.queue(t.d.block, int(uq.ID()), uq.CPU(), uq.Ring(), ublk.TargetUserData(0), uq.Depth(), q.done)
+	q.rq = t.d.c.t.queue(t.d.block, int(uq.ID()), unix.Gettid(), uq.Ring(), ublk.TargetUserData(0), uq.Depth(), q.done)
 	return q, nil
 }
 

@@ -1,6 +1,10 @@
 package rnbd
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+)
 
 // CompletionQueue is an RDMA completion queue of a session's block
 // queues, with the CPU whose thread polls it: where RTRS wants its
@@ -10,37 +14,46 @@ type CompletionQueue struct {
 	Path int // path index in the session
 	// Queue is the RTRS queue index: block*queues + ublk queue.
 	Queue int
-	// CPU is the CPU the polling thread is pinned to.
-	CPU int
+	// CPU is the CPU the polling thread is pinned to now, TID the
+	// thread.
+	CPU, TID int
 	// UserHandle identifies the CQ to the kernel: libibverbs passes the
 	// address of its struct ibv_cq as the CQ's user_handle, which the
 	// completion handler's struct ib_cq reaches through its uobject.
 	UserHandle uint64
 }
 
-// queueCPUs records, per RTRS queue, the CPU of the ublk queue thread
-// that drives it (-1: not attached, or not pinned to one CPU).
-type queueCPUs []atomic.Int32
+// queueThreads records, per RTRS queue, the thread that drives it: the
+// ublk queue thread it is attached to (0: none).
+type queueThreads []atomic.Int32
 
-func newQueueCPUs(n int) queueCPUs {
-	q := make(queueCPUs, n)
-	for i := range q {
-		q[i].Store(-1)
-	}
-	return q
-}
-
-func (q queueCPUs) set(i, cpu int) {
+func (q queueThreads) set(i, tid int) {
 	if i >= 0 && i < len(q) {
-		q[i].Store(int32(cpu))
+		q[i].Store(int32(tid))
 	}
 }
 
-func (q queueCPUs) get(i int) int {
+// cpu returns the thread of queue i and the one CPU it may run on now,
+// or -1 (no thread, or allowed on several CPUs). It is read from the thread's
+// affinity each time, so that a thread moved with taskset counts where
+// it is.
+func (q queueThreads) cpu(i int) (cpu, tid int) {
 	if i < 0 || i >= len(q) {
-		return -1
+		return -1, 0
 	}
-	return int(q[i].Load())
+	tid = int(q[i].Load())
+	if tid == 0 {
+		return -1, 0
+	}
+	var set unix.CPUSet
+	if unix.SchedGetaffinity(tid, &set) != nil || set.Count() != 1 {
+		return -1, tid
+	}
+	for cpu := 0; ; cpu++ {
+		if set.IsSet(cpu) {
+			return cpu, tid
+		}
+	}
 }
 
 // CompletionQueues lists the completion queues of the session's block

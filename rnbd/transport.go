@@ -31,8 +31,8 @@ type transport interface {
 	release(block int)
 	// queue binds queue i of a block to a ublk queue's ring: block
 	// requests go out on it and their completions come back through it.
-	// cpu is the CPU the ublk queue's thread is pinned to (-1: none).
-	queue(block, i, cpu int, ring *uring.Ring, base uint64, depth int, done func(tag uint16, errno int)) transportQueue
+	// It is called on the ublk queue's thread, whose id is tid.
+	queue(block, i, tid int, ring *uring.Ring, base uint64, depth int, done func(tag uint16, errno int)) transportQueue
 	// completionQueues lists the RDMA completion queues of attached
 	// block queues (none over TCP).
 	completionQueues() []CompletionQueue

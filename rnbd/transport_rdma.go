@@ -28,9 +28,9 @@ type rdmaTransport struct {
 	n    int // queues per device
 	slot int // bytes of tag buffers per device
 	blocks
-	admin  sync.Mutex
-	adminQ *rdmatr.ClientQueue
-	cpus   queueCPUs // per RTRS queue, the CPU of the thread driving it
+	admin   sync.Mutex
+	adminQ  *rdmatr.ClientQueue
+	threads queueThreads // per RTRS queue, the thread driving it
 }
 
 func dialRDMA(ctx context.Context, cfg rdmatr.ClientConfig) (*rdmaTransport, error) {
@@ -45,7 +45,7 @@ func dialRDMA(ctx context.Context, cfg rdmatr.ClientConfig) (*rdmaTransport, err
 	if err != nil {
 		return nil, err
 	}
-	t := &rdmaTransport{c: c, n: n, slot: slot, adminQ: c.Queue(n * maxDevices), cpus: newQueueCPUs(n * maxDevices)}
+	t := &rdmaTransport{c: c, n: n, slot: slot, adminQ: c.Queue(n * maxDevices), threads: make(queueThreads, n*maxDevices)}
 	go t.adminQ.Run(nil)
 	return t, nil
 }
@@ -93,7 +93,7 @@ func (t *rdmaTransport) acquire(size int) (int, []byte, error) {
 
 func (t *rdmaTransport) release(block int) {
 	for i := range t.n {
-		t.cpus.set(block*t.n+i, -1)
+		t.threads.set(block*t.n+i, 0)
 	}
 	t.put(block)
 }
@@ -101,8 +101,8 @@ func (t *rdmaTransport) release(block int) {
 func (t *rdmaTransport) completionQueues() []CompletionQueue {
 	var out []CompletionQueue
 	for _, cq := range t.c.CompletionQueues() {
-		if cpu := t.cpus.get(cq.Queue); cpu >= 0 {
-			out = append(out, CompletionQueue{Path: cq.Path, Queue: cq.Queue, CPU: cpu, UserHandle: cq.UserHandle})
+		if cpu, tid := t.threads.cpu(cq.Queue); cpu >= 0 {
+			out = append(out, CompletionQueue{Path: cq.Path, Queue: cq.Queue, CPU: cpu, TID: tid, UserHandle: cq.UserHandle})
 		}
 	}
 	return out
@@ -140,8 +140,8 @@ type rdmaQueue struct {
 	done func(tag uint16, errno int)
 }
 
-func (t *rdmaTransport) queue(block, i, cpu int, ring *uring.Ring, base uint64, depth int, done func(uint16, int)) transportQueue {
-	t.cpus.set(block*t.n+i, cpu)
+func (t *rdmaTransport) queue(block, i, tid int, ring *uring.Ring, base uint64, depth int, done func(uint16, int)) transportQueue {
+	t.threads.set(block*t.n+i, tid)
 	rq := &rdmaQueue{q: t.c.Queue(block*t.n + i), reqs: make([]rdmatr.Request, depth), done: done}
 	for j := range rq.reqs {
 		rq.reqs[j].Tag = uint64(j)

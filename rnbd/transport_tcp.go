@@ -97,7 +97,7 @@ type tcpQueue struct {
 	done func(tag uint16, errno int)
 }
 
-func (t *tcpTransport) queue(block, i, cpu int, ring *uring.Ring, base uint64, depth int, done func(uint16, int)) transportQueue {
+func (t *tcpTransport) queue(block, i, tid int, ring *uring.Ring, base uint64, depth int, done func(uint16, int)) transportQueue {
 	tq := &tcpQueue{q: t.c.Queue(block*t.n + i), reqs: make([]tcp.Request, depth), done: done}
 	for j := range tq.reqs {
 		tq.reqs[j].Tag = uint64(j)

@@ -37,20 +37,6 @@ type Queue struct {
 // ID returns the queue's index.
 func (q *Queue) ID() uint16 { return q.id }
 
-// CPU returns the one CPU the queue's thread is pinned to, or -1 when the
-// block layer maps several CPUs (or none) to the queue.
-func (q *Queue) CPU() int {
-	if q.cpus.Count() != 1 {
-		return -1
-	}
-	for cpu := 0; cpu < len(q.cpus)*64; cpu++ {
-		if q.cpus.IsSet(cpu) {
-			return cpu
-		}
-	}
-	return -1
-}
-
 // Depth returns the number of tags of the queue.
 func (q *Queue) Depth() int { return q.depth }
 

@@ -53,6 +53,19 @@ type pathReport struct {
 	// CPUMigration says where Stats' cpu_migration counts come from:
 	// "ebpf", or why they were not measured.
 	CPUMigration string `json:"cpu_migration_source"`
+	// Queues are, with eBPF, the completion events of each queue's CQ on
+	// this path, per CPU they were raised on.
+	Queues []queueEvents `json:"queues,omitempty"`
+}
+
+// queueEvents are the completion events of one queue's CQ of a path: the
+// queue is polled on CPU; PerCPU[c] events were raised on CPU c.
+type queueEvents struct {
+	Queue int `json:"queue"`
+	CPU   int `json:"cpu"`
+	TID   int `json:"tid"` // the polling thread
+
+	PerCPU []uint64 `json:"events_per_cpu"`
 }
 
 type deviceReport struct {
@@ -116,6 +129,8 @@ func (d *clientDaemon) collectStats(reset bool) (*statsReport, error) {
 				for _, cq := range cqs {
 					if cq.Path == p.Index && cq.CPU >= 0 {
 						expected[cq.UserHandle] = cq.CPU
+						pr.Queues = append(pr.Queues, queueEvents{Queue: cq.Queue, CPU: cq.CPU, TID: cq.TID,
+							PerCPU: eventsOf(cqCounts, cq.UserHandle, p.Stats.NumCPU())})
 					}
 				}
 				if len(expected) == 0 {
@@ -172,6 +187,18 @@ func (d *clientDaemon) collectStats(reset bool) (*statsReport, error) {
 	return rep, nil
 }
 
+// eventsOf returns the completion events of the CQ with user handle h,
+// per CPU.
+func eventsOf(counts []bpf.CQCount, h uint64, ncpu int) []uint64 {
+	out := make([]uint64, ncpu)
+	for _, c := range counts {
+		if c.UserHandle == h && c.CPU >= 0 && c.CPU < ncpu {
+			out[c.CPU] += c.Count
+		}
+	}
+	return out
+}
+
 // pathFiles are a client path's statistics files in the order the text
 // report prints them: the 6.12 files, then those of the 5.6 ABI
 // (Documentation/ABI/testing/sysfs-class-rtrs-client) that 6.12 dropped,
@@ -221,6 +248,12 @@ func (r *statsReport) appendText(b []byte) []byte {
 					continue
 				}
 				b = appendFile(b, "  ", f.name, f.append(p.Stats, nil))
+			}
+			if len(p.Queues) > 0 {
+				b = append(b, "  completion events per queue (eBPF), by the CPU they were raised on:\n"...)
+				for _, q := range p.Queues {
+					b = fmt.Appendf(b, "    queue %d (polled on CPU%d by thread %d): %v\n", q.Queue, q.CPU, q.TID, q.PerCPU)
+				}
 			}
 		}
 	}
