@@ -40,8 +40,10 @@ func resolveExport(searchPath, sessName, devName string) (string, error) {
 	return real, nil
 }
 
-// backend is an opened export: a regular file or a block device.
+// backend is an opened export: a regular file, a block device or a
+// memory export (mem set, f nil).
 type backend struct {
+	mem      *memoryStore
 	f        *os.File
 	fd       int
 	size     uint64
@@ -112,6 +114,9 @@ func (b *backend) serve(op IOOp, fua bool, off int64, n int, data []byte) int {
 	}
 	if b.readOnly && op != OpRead && op != OpFlush {
 		return -int(syscall.EROFS)
+	}
+	if b.mem != nil {
+		return b.mem.serve(op, off, n, data)
 	}
 	var err error
 	switch op {

@@ -18,6 +18,11 @@ type ServerConfig struct {
 	// DevSearchPath is the folder the clients' device paths are relative
 	// to; it may contain %SESSNAME% (see ResolveDevPath).
 	DevSearchPath string
+	// MemoryExports are devices held in memory, by name (a device_path
+	// that names one exactly opens it) and size in bytes (a multiple of
+	// 4096), for demos and benchmarks. Their data is lost when the
+	// server stops.
+	MemoryExports map[string]uint64
 	// MaxIOSize is the transport's max_io_size, announced as the devices'
 	// max_hw_sectors.
 	MaxIOSize int
@@ -34,6 +39,7 @@ type Server struct {
 	mu       sync.Mutex         // control path: opens, closes, sessions
 	sessions sync.Map           // name → *serverSession, read without mu
 	exports  map[string]*export // by resolved path; under mu
+	memory   *memoryStores
 }
 
 // export is one file or block device opened by one or more sessions.
@@ -72,8 +78,15 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.DevSearchPath == "" {
 		cfg.DevSearchPath = "/"
 	}
-	return &Server{cfg: cfg, exports: make(map[string]*export)}, nil
+	memory, err := newMemoryStores(cfg.MemoryExports)
+	if err != nil {
+		return nil, err
+	}
+	return &Server{cfg: cfg, exports: make(map[string]*export), memory: memory}, nil
 }
+
+// Close frees the memory exports. Sessions must be gone.
+func (s *Server) Close() { s.memory.close() }
 
 func (s *Server) logf(format string, args ...any) {
 	if s.cfg.Logf != nil {
@@ -167,7 +180,11 @@ func (s *Server) open(io *request) int {
 		return -int(syscall.EINVAL)
 	}
 	name := m.DevNameString()
-	path, err := resolveExport(s.cfg.DevSearchPath, io.Session, name)
+	mem, isMem, err := s.memory.lookup(name)
+	path := memoryPrefix + name
+	if !isMem {
+		path, err = resolveExport(s.cfg.DevSearchPath, io.Session, name)
+	}
 	if err != nil {
 		s.logf("rnbd: session %s: open %q refused: %v", io.Session, name, err)
 		return errnoOf(err)
@@ -201,7 +218,12 @@ func (s *Server) open(io *request) int {
 		default:
 			return -int(syscall.EINVAL)
 		}
-		be, err := openBackend(path, m.AccessMode == AccessRO)
+		var be *backend
+		if mem != nil {
+			be = &backend{mem: mem, size: uint64(len(mem.mem)), lbs: 512, readOnly: m.AccessMode == AccessRO}
+		} else {
+			be, err = openBackend(path, m.AccessMode == AccessRO)
+		}
 		if err != nil {
 			s.logf("rnbd: session %s: open %s: %v", io.Session, path, err)
 			return errnoOf(err)
@@ -262,7 +284,9 @@ func (s *Server) close(io *request) int {
 	for d.refs.Load() != 0 {
 		time.Sleep(time.Millisecond)
 	}
-	d.be.f.Close()
+	if d.be.f != nil {
+		d.be.f.Close()
+	}
 	if d.mode != AccessRO {
 		d.exp.writers--
 	}

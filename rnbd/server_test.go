@@ -17,7 +17,12 @@ import (
 // testServer runs an RNBD server over RTRS/TCP on loopback, exporting dir.
 func testServer(t *testing.T, dir string) string {
 	t.Helper()
-	srv, err := NewServer(ServerConfig{DevSearchPath: dir, MaxIOSize: 126976, Logf: t.Logf})
+	return testServerConfig(t, ServerConfig{DevSearchPath: dir, MaxIOSize: 126976, Logf: t.Logf})
+}
+
+func testServerConfig(t *testing.T, cfg ServerConfig) string {
+	t.Helper()
+	srv, err := NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,5 +270,55 @@ func TestServerSessNameSearchPath(t *testing.T) {
 	}
 	if _, e := dialRNBD(t, srvAddr, "sess-b").open("disk.img", AccessRO); e != -int(syscall.ENOENT) {
 		t.Errorf("session sess-b opening sess-a's disk: errno %d, want -ENOENT", e)
+	}
+}
+
+// A memory export behaves as a device: zeros at first, data kept across
+// sessions, the access rules of files, EROFS on a read-only mapping, out
+// of range refused; and it is found by name, not under the search path.
+func TestServerMemoryExport(t *testing.T) {
+	if _, err := NewServer(ServerConfig{MemoryExports: map[string]uint64{"odd": 1000}}); err == nil {
+		t.Error("a memory export of 1000 bytes was accepted")
+	}
+	addr := testServerConfig(t, ServerConfig{DevSearchPath: t.TempDir(), MaxIOSize: 126976, Logf: t.Logf,
+		MemoryExports: map[string]uint64{"mem0": 1 << 30}})
+	a := dialRNBD(t, addr, "sess-a")
+	rsp, e := a.open("mem0", AccessRW)
+	if e != 0 || rsp.NSectors != 1<<30>>9 {
+		t.Fatalf("OPEN mem0: errno %d, %+v", e, rsp)
+	}
+	buf := make([]byte, 8192)
+	if e := a.io(rsp.DeviceID, OpRead, FlagSync, 1<<29, buf, len(buf)); e != 0 || !bytes.Equal(buf, make([]byte, 8192)) {
+		t.Fatalf("first READ: errno %d, zeros %v", e, bytes.Equal(buf, make([]byte, 8192)))
+	}
+	data := bytes.Repeat([]byte("memory!!"), 1024)
+	if e := a.io(rsp.DeviceID, OpWrite, FlagSync|FlagFUA, 1<<29, data, len(data)); e != 0 {
+		t.Fatalf("WRITE: errno %d", e)
+	}
+	if e := a.io(rsp.DeviceID, OpWrite, 0, 1<<30-4096, data, len(data)); e != -int(syscall.EIO) {
+		t.Errorf("WRITE past the end: errno %d, want -EIO", e)
+	}
+	if _, e := dialRNBD(t, addr, "sess-b").open("mem0", AccessRW); e != -int(syscall.EPERM) {
+		t.Errorf("second rw open from another session: errno %d, want -EPERM", e)
+	}
+	b := dialRNBD(t, addr, "sess-c")
+	ro, e := b.open("mem0", AccessRO)
+	if e != 0 {
+		t.Fatalf("ro OPEN: errno %d", e)
+	}
+	if e := b.io(ro.DeviceID, OpRead, FlagSync, 1<<29, buf, len(buf)); e != 0 || !bytes.Equal(buf, data) {
+		t.Fatalf("READ from another session: errno %d, equal %v", e, bytes.Equal(buf, data))
+	}
+	if e := b.io(ro.DeviceID, OpWrite, 0, 0, data, len(data)); e != -int(syscall.EROFS) {
+		t.Errorf("WRITE on a read-only mapping: errno %d, want -EROFS", e)
+	}
+	if e := a.io(rsp.DeviceID, OpWriteZeroes, 0, 1<<29, nil, 4096); e != 0 {
+		t.Fatalf("WRITE_ZEROES: errno %d", e)
+	}
+	if e := b.io(ro.DeviceID, OpRead, FlagSync, 1<<29, buf, len(buf)); e != 0 || !bytes.Equal(buf[:4096], make([]byte, 4096)) || !bytes.Equal(buf[4096:], data[4096:]) {
+		t.Errorf("after WRITE_ZEROES of the first 4K: errno %d", e)
+	}
+	if _, e := a.open("../mem0", AccessRO); e == 0 {
+		t.Error("\"../mem0\" opened")
 	}
 }

@@ -33,6 +33,7 @@ func serverCommand() *cli.Command {
 			&cli.StringFlag{Name: "dev-search-path", Value: "/", Usage: "folder the exported device paths are relative to"},
 			&cli.IntFlag{Name: "queue-depth", Value: rtrs.DefaultSessQueueDepth, Usage: "chunks per session (sess_queue_depth)"},
 			&cli.StringFlag{Name: "max-chunk-size", Value: "128K", Usage: "chunk `SIZE` (max_chunk_size, a power of two); max I/O is 4K less"},
+			&cli.StringSliceFlag{Name: "memory", Usage: "export a device held in memory as `NAME=SIZE` (device_path=NAME; zeros at start, lost at exit; for demos and benchmarks); repeatable"},
 		},
 		Action: runServer,
 	}
@@ -47,10 +48,20 @@ func runServer(c *cli.Context) error {
 	if st, err := os.Stat(strings.Split(search, "%SESSNAME%")[0]); err != nil || !st.IsDir() {
 		return fmt.Errorf("dev-search-path %s: not a folder: %w", search, unix.ENOENT)
 	}
-	srv, err := rnbd.NewServer(rnbd.ServerConfig{DevSearchPath: search, MaxIOSize: int(chunk) - rtrs.DefaultMaxHdrSize})
+	memory := map[string]uint64{}
+	for _, m := range c.StringSlice("memory") {
+		name, size, ok := strings.Cut(m, "=")
+		n, err := parseSize(size)
+		if !ok || name == "" || err != nil || n == 0 || n%4096 != 0 {
+			return fmt.Errorf("memory %q: want NAME=SIZE with a size that is a multiple of 4K, e.g. mem0=1G: %w", m, unix.EINVAL)
+		}
+		memory[name] = n
+	}
+	srv, err := rnbd.NewServer(rnbd.ServerConfig{DevSearchPath: search, MaxIOSize: int(chunk) - rtrs.DefaultMaxHdrSize, MemoryExports: memory})
 	if err != nil {
 		return err
 	}
+	defer srv.Close()
 	rs, err := tcp.NewServer(tcp.ServerConfig{QueueDepth: c.Int("queue-depth"), ChunkSize: int(chunk), Handler: srv})
 	if err != nil {
 		return fmt.Errorf("server parameters: %w", err)
