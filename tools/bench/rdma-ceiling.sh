@@ -96,7 +96,10 @@ get() {
 ours() {
 	local name=$1
 	shift
-	timeout 300 "$bench" -transport rdma -src $CLI_IP -dst $SRV_IP -size 256M -queues 1 "$@" \
+	# -close=false: exit without closing the session; the teardown is not
+	# what is measured, and an rtrs/rdmatr client closed right after a
+	# loaded run has crashed in CQ polling (a race at Close, seen 2026-11-29).
+	timeout 300 "$bench" -transport rdma -src $CLI_IP -dst $SRV_IP -size 256M -queues 1 -close=false "$@" \
 		>"$raw/rtrsbench_$name.json" 2>"$raw/rtrsbench_$name.err" ||
 		die "rtrsbench $* failed: $(tail -5 "$raw/rtrsbench_$name.err")"
 }

@@ -191,6 +191,7 @@ func main() {
 	size := flag.String("size", "1024M", "size of the memory backend")
 	src := flag.String("src", "", "client source address (rdma: the address of the client's RDMA device)")
 	dst := flag.String("dst", "127.0.0.1", "server address to listen on (rdma: the address of the server's RDMA device)")
+	closeFlag := flag.Bool("close", true, "close client and server at the end (false: exit at once, the kernel frees the RDMA resources)")
 	flag.Parse()
 
 	o := options{rw: *rw, src: *src, dst: *dst, bs: parseSize(*bsFlag), memSize: parseSize(*size), depth: *depth, queues: *queues}
@@ -242,13 +243,16 @@ func main() {
 		}
 	}
 	el := time.Since(t0).Seconds()
-	closeAll()
 	res := map[string]any{"transport": *transport, "rw": o.rw, "bs": o.bs, "iodepth": o.depth, "queues": o.queues, "seconds": el,
 		"ios": ops, "errors": errs, "iops": float64(ops) / el, "mib_s": float64(ops) * float64(o.bs) / el / (1 << 20)}
 	for k, v := range latencies(hist) {
 		res[k] = v
 	}
+	// The results go out before the teardown, which is not measured.
 	json.NewEncoder(os.Stdout).Encode(res)
+	if *closeFlag {
+		closeAll()
+	}
 	if errs > 0 {
 		os.Exit(1)
 	}
