@@ -107,13 +107,29 @@ func (b *backend) geometry(rsp *OpenRsp, maxIO int) {
 	rsp.CachePolicy = CacheWriteback | CacheFUA
 }
 
-// serve performs one request on the backend and returns 0 or -errno.
-func (b *backend) serve(op IOOp, fua bool, off int64, n int, data []byte) int {
+// check returns 0 if op may run on the backend, else -errno: EIO out of
+// range, EROFS a change to a read-only mapping.
+func (b *backend) check(op IOOp, off int64, n int) int {
 	if op != OpFlush && (off < 0 || uint64(off)+uint64(n) > b.size) {
 		return -int(syscall.EIO)
 	}
 	if b.readOnly && op != OpRead && op != OpFlush {
 		return -int(syscall.EROFS)
+	}
+	return 0
+}
+
+// async reports whether op goes through the io_uring engine: reads,
+// writes and flushes of files and block devices.
+func (b *backend) async(op IOOp) bool {
+	return b.mem == nil && (op == OpRead || op == OpWrite || op == OpFlush)
+}
+
+// serve performs one request on the backend synchronously and returns 0
+// or -errno.
+func (b *backend) serve(op IOOp, fua bool, off int64, n int, data []byte) int {
+	if e := b.check(op, off, n); e != 0 {
+		return e
 	}
 	if b.mem != nil {
 		return b.mem.serve(op, off, n, data)

@@ -23,6 +23,9 @@ type ServerConfig struct {
 	// 4096), for demos and benchmarks. Their data is lost when the
 	// server stops.
 	MemoryExports map[string]uint64
+	// SyncIO makes the backend I/O synchronous, in the transport's
+	// goroutine, instead of through io_uring.
+	SyncIO bool
 	// MaxIOSize is the transport's max_io_size, announced as the devices'
 	// max_hw_sectors.
 	MaxIOSize int
@@ -40,6 +43,7 @@ type Server struct {
 	sessions sync.Map           // name → *serverSession, read without mu
 	exports  map[string]*export // by resolved path; under mu
 	memory   *memoryStores
+	engine   *ioEngine // nil: backend I/O is synchronous
 }
 
 // export is one file or block device opened by one or more sessions.
@@ -82,11 +86,23 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{cfg: cfg, exports: make(map[string]*export), memory: memory}, nil
+	srv := &Server{cfg: cfg, exports: make(map[string]*export), memory: memory}
+	if !cfg.SyncIO {
+		if srv.engine, err = newIOEngine(); err != nil {
+			srv.logf("rnbd: backend I/O is synchronous: %v", err)
+		}
+	}
+	return srv, nil
 }
 
-// Close frees the memory exports. Sessions must be gone.
-func (s *Server) Close() { s.memory.close() }
+// Close stops the backend I/O engine (after the I/O in flight) and frees
+// the memory exports. The RTRS servers must be closed first.
+func (s *Server) Close() {
+	if s.engine != nil {
+		s.engine.close()
+	}
+	s.memory.close()
+}
 
 func (s *Server) logf(format string, args ...any) {
 	if s.cfg.Logf != nil {
@@ -103,12 +119,20 @@ type request struct {
 	Write   bool
 	Usr     []byte
 	Data    []byte
+	// io completes the RTRS request when the answer is pending.
+	io completer
 }
+
+// pending is what handle returns when the answer comes later, through
+// request.io.
+const pending = 1
 
 // HandleIO implements tcp.ServerHandler: one RNBD message per RTRS request.
 func (s *Server) HandleIO(io *tcp.ServerIO) {
-	r := request{io.Session, io.Write, io.Usr, io.Data}
-	io.Complete(s.handle(&r))
+	r := request{io.Session, io.Write, io.Usr, io.Data, io}
+	if e := s.handle(&r); e != pending {
+		io.Complete(e)
+	}
 }
 
 // RDMA returns the server as the handler of an RTRS server over RDMA.
@@ -117,11 +141,14 @@ func (s *Server) RDMA() rdmatr.ServerHandler { return rdmaHandler{s} }
 type rdmaHandler struct{ s *Server }
 
 func (h rdmaHandler) HandleIO(io *rdmatr.ServerIO) {
-	r := request{io.Session, io.Write, io.Usr, io.Data}
-	io.Complete(h.s.handle(&r))
+	r := request{io.Session, io.Write, io.Usr, io.Data, io}
+	if e := h.s.handle(&r); e != pending {
+		io.Complete(e)
+	}
 }
 
-// handle serves one RNBD message and returns 0 or -errno.
+// handle serves one RNBD message and returns 0 or -errno, or pending when
+// io.io will complete it.
 func (s *Server) handle(io *request) int {
 	t, err := PeekType(io.Usr)
 	if err != nil {
@@ -325,7 +352,18 @@ func (s *Server) handleIO(io *request) int {
 	if io.Write != !op.RTRSRead() {
 		return -int(syscall.EINVAL)
 	}
-	return d.be.serve(op, m.RW.FUA(), int64(m.Sector)<<9, int(m.BiSize), io.Data)
+	off, n := int64(m.Sector)<<9, int(m.BiSize)
+	if s.engine != nil && io.io != nil && d.be.async(op) {
+		if e := d.be.check(op, off, n); e != 0 {
+			return e
+		}
+		d.refs.Add(1) // the engine's, dropped at completion
+		if s.engine.submit(io.io, d, op, m.RW.FUA(), off, io.Data) {
+			return pending
+		}
+		d.refs.Add(-1)
+	}
+	return d.be.serve(op, m.RW.FUA(), off, n, io.Data)
 }
 
 // String describes the server for logs.
