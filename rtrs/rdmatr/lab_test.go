@@ -75,6 +75,10 @@ func needLab(t testing.TB) {
 // memBackend is a ServerHandler over memory: the user message is the le64
 // byte offset of the block.
 type memBackend struct {
+	// mu serializes the copies: a request that failed over can run on the
+	// server twice at once (the old path's copy is still being served),
+	// writing the same bytes, which the race detector rightly reports.
+	mu    sync.Mutex
 	mem   []byte
 	ios   atomic.Int64
 	paths sync.Map // local address → count
@@ -93,11 +97,13 @@ func (m *memBackend) HandleIO(io *ServerIO) {
 		io.Complete(-22)
 		return
 	}
+	m.mu.Lock()
 	if io.Write {
 		copy(m.mem[off:], io.Data)
 	} else {
 		copy(io.Data, m.mem[off:off+len(io.Data)])
 	}
+	m.mu.Unlock()
 	io.Complete(0)
 }
 

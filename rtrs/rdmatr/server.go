@@ -78,16 +78,21 @@ type Server struct {
 	mu    sync.Mutex
 	sess  map[rtrs.UUID]*serverSession
 	conns map[*rdma.CMID]*serverConn
-	pds   map[string]*rdma.PD
-	done  bool
+	// pds are the protection domains by device context, not by device
+	// name: a device removed and added again under the same name is a new
+	// context, where an old PD cannot be used.
+	pds  map[rdma.Context]*rdma.PD
+	done bool
 }
 
 type serverSession struct {
-	s      *Server
-	name   string
+	s *Server
+	// name is the session name of the first INFO_REQ, written once under
+	// Server.mu and read by the IO path without it.
+	name   atomic.Pointer[string]
 	uuid   rtrs.UUID
-	chunks []byte              // queue_depth × chunk, mmap'd
-	mrs    map[string]*rdma.MR // the chunk pool registered on each device
+	chunks []byte                    // queue_depth × chunk, mmap'd
+	mrs    map[rdma.Context]*rdma.MR // the chunk pool registered on each device (see Server.pds)
 	paths  map[rtrs.UUID]*serverPath
 }
 
@@ -150,7 +155,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, ch: ch, quit: make(chan struct{}),
-		sess: map[rtrs.UUID]*serverSession{}, conns: map[*rdma.CMID]*serverConn{}, pds: map[string]*rdma.PD{}}
+		sess: map[rtrs.UUID]*serverSession{}, conns: map[*rdma.CMID]*serverConn{}, pds: map[rdma.Context]*rdma.PD{}}
 	s.wg.Add(1)
 	go s.cmLoop()
 	return s, nil
@@ -288,15 +293,15 @@ func (s *Server) reject(id *rdma.CMID, errno syscall.Errno) {
 }
 
 func (s *Server) pdFor(id *rdma.CMID) (*rdma.PD, error) {
-	name := id.DeviceName()
-	if pd := s.pds[name]; pd != nil {
+	ctx := id.Context()
+	if pd := s.pds[ctx]; pd != nil {
 		return pd, nil
 	}
-	pd, err := id.Context().AllocPD()
+	pd, err := ctx.AllocPD()
 	if err != nil {
 		return nil, err
 	}
-	s.pds[name] = pd
+	s.pds[ctx] = pd
 	return pd, nil
 }
 
@@ -327,7 +332,7 @@ func (s *Server) onConnectRequest(ev *rdma.Event) {
 			s.reject(id, syscall.ENOMEM)
 			return
 		}
-		ss = &serverSession{s: s, uuid: req.PathsUUID, chunks: mem, mrs: map[string]*rdma.MR{}, paths: map[rtrs.UUID]*serverPath{}}
+		ss = &serverSession{s: s, uuid: req.PathsUUID, chunks: mem, mrs: map[rdma.Context]*rdma.MR{}, paths: map[rtrs.UUID]*serverPath{}}
 		s.sess[req.PathsUUID] = ss
 	}
 	p := ss.paths[req.SessUUID]
@@ -368,6 +373,14 @@ func (s *Server) onConnectRequest(ev *rdma.Event) {
 	}
 }
 
+// sessName returns the session's name, "" before its first INFO_REQ.
+func (ss *serverSession) sessName() string {
+	if p := ss.name.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
 func (s *Server) rejectMaybeFree(ss *serverSession, id *rdma.CMID, errno syscall.Errno) {
 	s.reject(id, errno)
 	if len(ss.paths) == 0 {
@@ -384,12 +397,12 @@ func (s *Server) newServerConn(p *serverPath, id *rdma.CMID, cid uint16) (*serve
 		return nil, err
 	}
 	ss := p.sess
-	mr := ss.mrs[id.DeviceName()]
+	mr := ss.mrs[id.Context()]
 	if mr == nil {
 		if mr, err = pd.RegMR(ss.chunks, rdma.AccessLocalWrite|rdma.AccessRemoteWrite); err != nil {
 			return nil, err
 		}
-		ss.mrs[id.DeviceName()] = mr
+		ss.mrs[id.Context()] = mr
 	}
 	qd := s.cfg.QueueDepth
 	nrecv := qd + 1
@@ -609,12 +622,19 @@ func (sc *serverConn) onInfoReq(n int) bool {
 	ss := sc.p.sess
 	s.mu.Lock()
 	for _, o := range s.sess {
-		if o != ss && o.name == name {
+		if o != ss && o.sessName() == name {
 			s.mu.Unlock()
 			return false // -EPERM in the kernel
 		}
 	}
-	ss.name = name
+	// A session keeps the name of its first path; a path that names
+	// another is refused (-EPERM in the kernel).
+	if old := ss.sessName(); old != "" && old != name {
+		s.mu.Unlock()
+		return false
+	} else if old == "" {
+		ss.name.Store(&name)
+	}
 	sc.p.up = true
 	s.mu.Unlock()
 	// INFO_RSP: one descriptor for the whole pool (flags 0: sg_cnt 1
@@ -665,7 +685,7 @@ func (sc *serverConn) onImm(imm uint32) bool {
 	if !io.busy.CompareAndSwap(false, true) {
 		return false // a buffer id reused before its answer
 	}
-	io.sc, io.bufID, io.Session, io.Local = sc, m.BufID, sc.p.sess.name, sc.local
+	io.sc, io.bufID, io.Session, io.Local = sc, m.BufID, sc.p.sess.sessName(), sc.local
 	io.Write = req.Type == rtrs.MsgWrite
 	io.Usr, io.Data, io.hasDesc = req.Usr, req.Data, false
 	if !io.Write {
