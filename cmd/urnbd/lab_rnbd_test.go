@@ -115,7 +115,7 @@ func TestLabCLIMapOverTCP(t *testing.T) {
 	}
 
 	st := c.must("stats")
-	for _, want := range []string{"session lab path", "rdma:", "reconnects:", "cpu_migration_from:", "rdma_lat:"} {
+	for _, want := range []string{"session lab (tcp) path 0", "rdma:", "reconnects:", "cpu_migration_from:", "rdma_lat:"} {
 		if !strings.Contains(st, want) {
 			t.Errorf("stats lacks %q:\n%s", want, st)
 		}
