@@ -380,3 +380,21 @@ func TestCheckClientSession(t *testing.T) {
 		t.Errorf("defaults %+v", d)
 	}
 }
+
+func TestReconnectLimit(t *testing.T) {
+	var l ReconnectLimit
+	if !l.Reached(0) {
+		t.Error("zero limit: no reconnect allowed, but Reached(0) is false")
+	}
+	mustNoErr(t, l.Set(3))
+	if l.Get() != 3 || l.Reached(2) || !l.Reached(3) {
+		t.Errorf("limit 3: Get %d, Reached(2) %v, Reached(3) %v", l.Get(), l.Reached(2), l.Reached(3))
+	}
+	mustNoErr(t, l.Set(-1))
+	if l.Reached(1 << 30) {
+		t.Error("limit -1 reached")
+	}
+	if err := l.Set(-2); !errors.Is(err, syscall.EINVAL) || l.Get() != -1 {
+		t.Errorf("Set(-2): %v, limit now %d; want EINVAL and -1 kept", err, l.Get())
+	}
+}

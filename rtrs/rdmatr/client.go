@@ -94,7 +94,7 @@ type Client struct {
 	wg      sync.WaitGroup
 	// maxRecon is max_reconnect_attempts (ClientConfig.MaxReconnectAttempts,
 	// SetMaxReconnectAttempts), read by the path goroutines.
-	maxRecon atomic.Int32
+	maxRecon rtrs.ReconnectLimit
 }
 
 // clientPath is one path of the session, run by its own goroutine.
@@ -157,7 +157,7 @@ func DialClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		MissedHeartbeats: cfg.MissedHeartbeats, Timeout: cfg.Timeout}.WithDefaults()
 	cfg.ReconnectDelay, cfg.HeartbeatInterval, cfg.MissedHeartbeats, cfg.Timeout = t.ReconnectDelay, t.HeartbeatInterval, t.MissedHeartbeats, t.Timeout
 	c := &Client{cfg: cfg, ready: make(chan struct{}), region: cfg.Region}
-	c.maxRecon.Store(int32(cfg.MaxReconnectAttempts))
+	_ = c.maxRecon.Set(cfg.MaxReconnectAttempts) // checked by CheckClientSession
 	if c.region == nil {
 		if cfg.RegionSize <= 0 {
 			return nil, fmt.Errorf("rtrs/rdmatr: no Region and no RegionSize: %w", syscall.EINVAL)
@@ -387,7 +387,7 @@ func (p *clientPath) run() {
 				lastErr = err.Error() // a new reason, not every retry
 				l("rtrs/rdmatr client path %v: connect attempt %d: %v", p.addr, attempts, err)
 			}
-			if max := int(c.maxRecon.Load()); max >= 0 && attempts > max {
+			if c.maxRecon.Reached(attempts) {
 				if l := c.cfg.Logf; l != nil {
 					l("rtrs/rdmatr client path %v: giving up after %d attempts: %v", p.addr, attempts, err)
 				}
@@ -422,7 +422,7 @@ func (p *clientPath) run() {
 		if p.cmd.Load() != cmdNone {
 			continue // handled at the top; a reconnect goes at once, as the kernel's
 		}
-		if c.maxRecon.Load() == 0 {
+		if c.maxRecon.Reached(0) {
 			if !p.parked() {
 				return
 			}

@@ -73,15 +73,14 @@ func (c *Client) ReconnectPath(idx int) error { return c.pathCmd(idx, cmdReconne
 // disconnected (-1: forever, 0: none). It applies from the next attempt;
 // a path that already gave up waits for ReconnectPath.
 func (c *Client) SetMaxReconnectAttempts(n int) error {
-	if err := rtrs.CheckMaxReconnectAttempts(n); err != nil {
+	if err := c.maxRecon.Set(n); err != nil {
 		return fmt.Errorf("rtrs/rdmatr client: %w", err)
 	}
-	c.maxRecon.Store(int32(n))
 	return nil
 }
 
 // MaxReconnectAttempts returns the current max_reconnect_attempts.
-func (c *Client) MaxReconnectAttempts() int { return int(c.maxRecon.Load()) }
+func (c *Client) MaxReconnectAttempts() int { return c.maxRecon.Get() }
 
 func (c *Client) pathCmd(idx int, cmd int32) error {
 	c.mu.Lock()

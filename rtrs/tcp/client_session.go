@@ -79,7 +79,7 @@ type Client struct {
 	wg     sync.WaitGroup
 	// maxRecon is max_reconnect_attempts (ClientConfig.MaxReconnectAttempts,
 	// SetMaxReconnectAttempts), read by the path goroutines.
-	maxRecon atomic.Int32
+	maxRecon rtrs.ReconnectLimit
 }
 
 // clientPath is one path of a client session and its control goroutine.
@@ -162,7 +162,7 @@ func DialClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{cfg: cfg, pathsUUID: newUUID()}
-	c.maxRecon.Store(int32(cfg.MaxReconnectAttempts))
+	_ = c.maxRecon.Set(cfg.MaxReconnectAttempts) // checked by setDefaults
 	var first error
 	var conns [][]*ClientConn
 	for i, a := range cfg.Paths {
@@ -319,15 +319,14 @@ func (c *Client) ReconnectPath(idx int) error { return c.pathCmd(idx, cmdReconne
 // (-1: forever, 0: none). It applies from the next attempt; a path that
 // already gave up waits for ReconnectPath.
 func (c *Client) SetMaxReconnectAttempts(n int) error {
-	if err := rtrs.CheckMaxReconnectAttempts(n); err != nil {
+	if err := c.maxRecon.Set(n); err != nil {
 		return fmt.Errorf("rtrs/tcp client: %w", err)
 	}
-	c.maxRecon.Store(int32(n))
 	return nil
 }
 
 // MaxReconnectAttempts returns the current max_reconnect_attempts.
-func (c *Client) MaxReconnectAttempts() int { return int(c.maxRecon.Load()) }
+func (c *Client) MaxReconnectAttempts() int { return c.maxRecon.Get() }
 
 func (c *Client) pathCmd(idx int, cmd pathCmd) error {
 	p, err := c.path(idx)
@@ -425,7 +424,7 @@ func (p *clientPath) run(conns []*ClientConn) {
 				case <-time.After(d):
 				}
 			}
-			if max := int(p.c.maxRecon.Load()); p.everUp && max >= 0 && attempts >= max {
+			if p.everUp && p.c.maxRecon.Reached(attempts) {
 				// Given up: the path stays, disconnected, until the
 				// user reconnects it.
 				p.state.Store(PathStateDisconnected)
