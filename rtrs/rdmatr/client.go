@@ -132,7 +132,12 @@ type pathConns struct {
 	info     []byte
 	infoMR   *rdma.MR
 	failed   atomic.Bool
-	attached sync.WaitGroup // queues holding a connection of this set
+	// claims[i] is set while queue i holds, or may still take, its
+	// connection of this set; holders counts the set claims, and released
+	// is closed when the last one goes (pathConns.release).
+	claims   []atomic.Bool
+	holders  atomic.Int32
+	released chan struct{}
 	hbSent   time.Time
 	cqs      []CQInfo // the CQs' handles (CompletionQueues)
 }
@@ -632,11 +637,24 @@ func (c *Client) adopt(pc *pathConns) (err error) {
 	return err
 }
 
-// attach hands the IO connections to the queues.
+// attach hands the IO connections to the queues; each queue claims its
+// connection until it releases it.
 func (p *clientPath) attach(pc *pathConns) {
-	pc.attached.Add(len(p.c.queues))
+	n := len(p.c.queues)
+	pc.claims = make([]atomic.Bool, n)
+	pc.released = make(chan struct{})
+	pc.holders.Store(int32(n))
 	for i, q := range p.c.queues {
+		pc.claims[i].Store(true)
 		q.post(qmsg{kind: msgAttach, pc: pc, cn: pc.io[i]})
+	}
+}
+
+// release gives up queue qid's claim on the set, once; the last release
+// lets teardown free it.
+func (pc *pathConns) release(qid int) {
+	if pc.claims[qid].Swap(false) && pc.holders.Add(-1) == 0 {
+		close(pc.released)
 	}
 }
 
@@ -750,12 +768,25 @@ func (p *clientPath) teardown(pc *pathConns) {
 	for _, q := range p.c.queues {
 		q.post(qmsg{kind: msgDetach, pc: pc})
 	}
-	done := make(chan struct{})
-	go func() { pc.attached.Wait(); close(done) }()
+	// A queue that no event loop ever drove (RNBD keeps queues for
+	// devices not mapped yet) cannot release: it has not even taken its
+	// connection, and when it is driven it finds the set failed and
+	// leaves it (attachConn checks failed, set above, after driven is
+	// set). So its claim is dropped here.
+	for _, q := range p.c.queues {
+		if !q.driven.Load() {
+			pc.release(q.id)
+		}
+	}
 	select {
-	case <-done:
+	case <-pc.released:
 	case <-time.After(p.c.cfg.Timeout):
-		return // a queue that does not run still holds it: leak rather than free under it
+		// A queue whose loop stopped still holds it: leak rather than
+		// free it under the queue.
+		if l := p.c.cfg.Logf; l != nil {
+			l("rtrs/rdmatr client path %v: %d queue(s) did not release their connections within %v; leaking them", p.addr, pc.holders.Load(), p.c.cfg.Timeout)
+		}
+		return
 	}
 	pc.destroy()
 }

@@ -45,6 +45,9 @@ type ClientQueue struct {
 
 	started atomic.Bool
 	exited  chan struct{}
+	// driven is set once an event loop drives the queue (Attach, Run):
+	// only then can it take and release path connections.
+	driven atomic.Bool
 }
 
 type qmsgKind int
@@ -188,6 +191,7 @@ func (q *ClientQueue) busy() bool {
 // attached to is gone (its entries died with it): the completion channels
 // of its connections are polled in the new ring.
 func (q *ClientQueue) Attach(ring *uring.Ring, base uint64) {
+	q.driven.Store(true) // before the mailbox is drained: see teardown
 	q.ring, q.udBase = ring, base
 	q.armWake()
 	for _, qc := range q.slots {
@@ -293,7 +297,7 @@ func (q *ClientQueue) attachConn(pc *pathConns, cn *conn) {
 		}
 	}
 	if pc.failed.Load() || q.reqs.Closed() {
-		pc.attached.Done()
+		pc.release(q.id)
 		return
 	}
 	qc := &qconn{q: q, pc: pc, path: pc.p, cn: cn, slot: idx,
@@ -529,5 +533,5 @@ func (q *ClientQueue) reap(qc *qconn) {
 	if qc.slot < len(q.slots) && q.slots[qc.slot] == qc {
 		q.slots[qc.slot] = nil
 	}
-	qc.pc.attached.Done()
+	qc.pc.release(q.id)
 }

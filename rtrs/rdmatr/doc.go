@@ -74,7 +74,9 @@
 // connection of a path, or missed heartbeats (HB_MSG/HB_ACK zero-length
 // writes-with-imm on cid 0, both ways), fail the path: its requests are
 // re-sent on another path (policy rtrs.Select) or wait, the connections
-// are disconnected and freed once no queue polls them, and the path
+// are disconnected and freed once no queue polls them (a queue that no
+// event loop ever drove, as RNBD's queues of devices not mapped yet, does
+// not hold them up), and the path
 // reconnects after ReconnectDelay, up to MaxReconnectAttempts failed
 // attempts in a row; then it stays disconnected. With no path left that
 // may come back, waiting requests fail with -ENOTCONN.

@@ -208,12 +208,20 @@ type labEnv struct {
 	cl      *Client
 	drivers []*driver
 	runErr  chan error
+	idle    int // queues not run by startLabIdle
 }
 
 func startLab(t *testing.T, paths int, queues, slotsPerQueue int, hb time.Duration) *labEnv {
 	t.Helper()
+	return startLabIdle(t, paths, queues, 0, slotsPerQueue, hb)
+}
+
+// startLabIdle is startLab with the last idle queues not run (as RNBD
+// keeps queues for devices not mapped yet); labEnv.run starts them.
+func startLabIdle(t *testing.T, paths int, queues, idle, slotsPerQueue int, hb time.Duration) *labEnv {
+	t.Helper()
 	needLab(t)
-	e := &labEnv{backend: &memBackend{mem: make([]byte, queues*slotsPerQueue*4*blockSz)}, runErr: make(chan error, queues)}
+	e := &labEnv{backend: &memBackend{mem: make([]byte, queues*slotsPerQueue*4*blockSz)}, runErr: make(chan error, queues), idle: idle}
 	var err error
 	e.srv, err = NewServer(ServerConfig{QueueDepth: labQD, ChunkSize: labChunk, Handler: e.backend, HeartbeatInterval: hb, Logf: t.Logf})
 	if err != nil {
@@ -273,15 +281,22 @@ func startLab(t *testing.T, paths int, queues, slotsPerQueue int, hb time.Durati
 			d.slots = append(d.slots, s)
 		}
 		e.drivers = append(e.drivers, d)
-		go func() {
-			e.runErr <- d.q.Run(func(q *ClientQueue) {
-				for _, s := range d.slots {
-					s.next()
-				}
-			})
-		}()
+		if qi < queues-e.idle {
+			e.run(d)
+		}
 	}
 	return e
+}
+
+// run runs a driver's queue: its slots start their write-read loops.
+func (e *labEnv) run(d *driver) {
+	go func() {
+		e.runErr <- d.q.Run(func(q *ClientQueue) {
+			for _, s := range d.slots {
+				s.next()
+			}
+		})
+	}()
 }
 
 // stopAndCheck stops the drivers, waits for their requests and checks
@@ -626,6 +641,32 @@ func runFor(t *testing.T, limit time.Duration, name string, args ...string) {
 		t.Fatalf("%s did not end within %v", cmdline, limit)
 	}
 	t.Logf("%s: done in %v", cmdline, time.Since(t0).Round(time.Millisecond))
+}
+
+// TestLabIdleQueue: a queue that no event loop drives (as RNBD keeps
+// queues for devices not mapped yet) does not hold up a path that goes
+// away, and takes the path's new connections once it runs.
+func TestLabIdleQueue(t *testing.T) {
+	e := startLabIdle(t, 2, 3, 1, 8, 200*time.Millisecond)
+	e.waitOps(t, 200, 20*time.Second)
+	t0 := time.Now()
+	if err := e.cl.DisconnectPath(0); err != nil {
+		t.Fatal(err)
+	}
+	// startLab's Timeout is 10 s: waiting for the idle queue to give the
+	// connection back would take that long.
+	e.waitState(t, 0, "disconnected", 5*time.Second)
+	t.Logf("path 0 disconnected in %v with an idle queue", time.Since(t0).Round(time.Millisecond))
+	if err := e.cl.ReconnectPath(0); err != nil {
+		t.Fatal(err)
+	}
+	e.waitState(t, 0, "connected", 30*time.Second)
+	idle := e.drivers[2]
+	e.run(idle)
+	if !labtest.WaitFor(20*time.Second, func() bool { return idle.ops.Load() >= 100 }) {
+		t.Fatalf("the queue that was idle completed %d requests in 20 s; paths %+v", idle.ops.Load(), e.cl.Paths())
+	}
+	e.finish(t)
 }
 
 // TestLabLinkDown takes path 1 away under verified I/O by deleting its
