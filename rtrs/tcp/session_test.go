@@ -391,6 +391,12 @@ func TestSessionFailoverWhenPathDies(t *testing.T) {
 	for vs[0].ops.Load() < 200 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
+	// Hold path A's traffic in the proxy, so that requests are surely in
+	// flight on A when it dies: they must fail over (and be counted).
+	pa.delay.Store(int64(200 * time.Millisecond))
+	for c.Paths()[0].Stats.Inflight() == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
 	pa.kill()
 	onA, onB := b.count(addrA), b.count(addrB)
 	if onA == 0 || onB == 0 {
