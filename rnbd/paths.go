@@ -32,26 +32,30 @@ func (op PathOp) String() string {
 // AddPath adds a path to the session (the kernel's add_path): src may be
 // empty, dst is "host:port". It returns the new path's index; the path
 // connects in the background, its state shows in Paths.
-func (c *Client) AddPath(src, dst string) (int, error) { return c.t.addPath(src, dst) }
+func (c *Client) AddPath(src, dst string) (int, error) {
+	return c.t.pathManager().AddPath(rtrs.PathAddr{Src: src, Dst: dst})
+}
 
 // PathOp removes, disconnects or reconnects path idx. In-flight requests
 // of a path that goes away fail over to the session's other paths.
 func (c *Client) PathOp(idx int, op PathOp) error {
+	pm := c.t.pathManager()
 	switch op {
-	case PathRemove, PathDisconnect, PathReconnect:
-		return c.t.pathOp(idx, op)
+	case PathRemove:
+		return pm.RemovePath(idx)
+	case PathDisconnect:
+		return pm.DisconnectPath(idx)
+	case PathReconnect:
+		return pm.ReconnectPath(idx)
 	}
 	return fmt.Errorf("rnbd: path operation %v: %w", op, syscall.EINVAL)
 }
 
 // SetPolicy sets the session's multipath policy (mpath_policy).
-func (c *Client) SetPolicy(p rtrs.MPPolicy) { c.t.setPolicy(p) }
+func (c *Client) SetPolicy(p rtrs.MPPolicy) { c.t.pathManager().SetPolicy(p) }
 
 // SetMaxReconnectAttempts bounds the reconnects of a failed path
 // (max_reconnect_attempts; -1: forever).
 func (c *Client) SetMaxReconnectAttempts(n int) error {
-	if n < -1 {
-		return fmt.Errorf("rnbd: max_reconnect_attempts %d: want -1 or more: %w", n, syscall.EINVAL)
-	}
-	return c.t.setMaxReconnectAttempts(n)
+	return c.t.pathManager().SetMaxReconnectAttempts(n)
 }

@@ -38,13 +38,20 @@ type transport interface {
 	completionQueues() []CompletionQueue
 	// paths describes the session's paths.
 	paths() []PathStatus
-	// addPath, pathOp, setPolicy and setMaxReconnectAttempts manage the
-	// session's paths at run time (see Client.AddPath and friends).
-	addPath(src, dst string) (int, error)
-	pathOp(idx int, op PathOp) error
-	setPolicy(p rtrs.MPPolicy)
-	setMaxReconnectAttempts(n int) error
+	// pathManager manages the session's paths at run time.
+	pathManager() pathManager
 	close() error
+}
+
+// pathManager is what both RTRS clients (tcp, rdmatr) offer to manage
+// their paths at run time.
+type pathManager interface {
+	AddPath(a rtrs.PathAddr) (int, error)
+	RemovePath(idx int) error
+	DisconnectPath(idx int) error
+	ReconnectPath(idx int) error
+	SetPolicy(p rtrs.MPPolicy)
+	SetMaxReconnectAttempts(n int) error
 }
 
 // transportQueue is one per-CPU queue of a transport, attached to a ublk

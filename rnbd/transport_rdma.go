@@ -6,7 +6,6 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/urnbd/urnbd/rtrs"
 	"github.com/urnbd/urnbd/rtrs/rdmatr"
 	"github.com/urnbd/urnbd/uring"
 )
@@ -116,23 +115,7 @@ func (t *rdmaTransport) paths() []PathStatus {
 	return out
 }
 
-func (t *rdmaTransport) addPath(src, dst string) (int, error) {
-	return t.c.AddPath(rdmatr.PathAddr{Src: src, Dst: dst})
-}
-
-func (t *rdmaTransport) pathOp(idx int, op PathOp) error {
-	switch op {
-	case PathRemove:
-		return t.c.RemovePath(idx)
-	case PathDisconnect:
-		return t.c.DisconnectPath(idx)
-	}
-	return t.c.ReconnectPath(idx)
-}
-
-func (t *rdmaTransport) setPolicy(p rtrs.MPPolicy) { t.c.SetPolicy(p) }
-
-func (t *rdmaTransport) setMaxReconnectAttempts(n int) error { return t.c.SetMaxReconnectAttempts(n) }
+func (t *rdmaTransport) pathManager() pathManager { return t.c }
 
 type rdmaQueue struct {
 	q    *rdmatr.ClientQueue

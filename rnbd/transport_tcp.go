@@ -4,7 +4,6 @@ import (
 	"context"
 	"syscall"
 
-	"github.com/urnbd/urnbd/rtrs"
 	"github.com/urnbd/urnbd/rtrs/tcp"
 	"github.com/urnbd/urnbd/uring"
 )
@@ -73,23 +72,7 @@ func (t *tcpTransport) paths() []PathStatus {
 	return out
 }
 
-func (t *tcpTransport) addPath(src, dst string) (int, error) {
-	return t.c.AddPath(tcp.PathAddr{Src: src, Dst: dst})
-}
-
-func (t *tcpTransport) pathOp(idx int, op PathOp) error {
-	switch op {
-	case PathRemove:
-		return t.c.RemovePath(idx)
-	case PathDisconnect:
-		return t.c.DisconnectPath(idx)
-	}
-	return t.c.ReconnectPath(idx)
-}
-
-func (t *tcpTransport) setPolicy(p rtrs.MPPolicy) { t.c.SetPolicy(p) }
-
-func (t *tcpTransport) setMaxReconnectAttempts(n int) error { return t.c.SetMaxReconnectAttempts(n) }
+func (t *tcpTransport) pathManager() pathManager { return t.c }
 
 type tcpQueue struct {
 	q    *tcp.ClientQueue

@@ -20,6 +20,20 @@ import (
 	"github.com/urnbd/urnbd/internal/labtest"
 )
 
+// imageDir returns a new folder holding a.img, a sparse file of size
+// bytes.
+func imageDir(t *testing.T, size int64) string {
+	dir := t.TempDir()
+	img := filepath.Join(dir, "a.img")
+	if err := os.WriteFile(img, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(img, size); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 // freePort returns a loopback TCP port that was free a moment ago.
 func freePort(t *testing.T) int {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -61,10 +75,7 @@ func fixedIO(t *testing.T, dev, rw, size string) *labtest.FioResult {
 // --reset. Over TCP, cpu_migration must say why it is not measured.
 func TestLabStatsOverTCP(t *testing.T) {
 	c := newLabCLI(t)
-	dir := t.TempDir()
-	f, _ := os.Create(filepath.Join(dir, "a.img"))
-	f.Truncate(64 << 20)
-	f.Close()
+	dir := imageDir(t, 64<<20)
 	port := strconv.Itoa(startServerCLI(t, c, dir))
 	metrics := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	dev := c.must("map", "--metrics-listen", metrics, "sessname=stats", "dest_port="+port, "path=ip:127.0.0.1", "path=ip:127.0.0.2@ip:127.0.0.1", "device_path=a.img")
@@ -183,10 +194,7 @@ func TestLabStatsOverTCP(t *testing.T) {
 // add a path, disconnect, reconnect and remove it, change the policy.
 func TestLabPathCommandsOverTCP(t *testing.T) {
 	c := newLabCLI(t)
-	dir := t.TempDir()
-	f, _ := os.Create(filepath.Join(dir, "a.img"))
-	f.Truncate(128 << 20)
-	f.Close()
+	dir := imageDir(t, 128<<20)
 	port := strconv.Itoa(startServerCLI(t, c, dir))
 	dev := c.must("map", "--sessname", "paths", "--dest-port", port, "--path", "ip:127.0.0.1", "--device-path", "a.img")
 	t.Cleanup(func() { c.run("unmap", "--force", dev) })
@@ -327,10 +335,7 @@ func TestLabStatsRDMA(t *testing.T) {
 	if runtime.NumCPU() != 2 {
 		t.Skip("written for the lab's 2 CPUs")
 	}
-	dir := t.TempDir()
-	f, _ := os.Create(filepath.Join(dir, "a.img"))
-	f.Truncate(128 << 20)
-	f.Close()
+	dir := imageDir(t, 128<<20)
 	srv := exec.Command(c.bin, "server", "--listen", "rdma://192.0.2.2:1250", "--listen", "rdma://198.51.100.2:1250", "--dev-search-path", dir)
 	srv.Env = append(os.Environ(), "URNBD_RUN_DIR="+c.runDir)
 	srv.Stderr = os.Stderr
@@ -434,4 +439,30 @@ func sum(v []uint64) uint64 {
 		n += x
 	}
 	return n
+}
+
+// Without eBPF (--no-bpf, as on a kernel without BTF or without
+// privilege) the statistics of urnbd's own counters still print, and each
+// eBPF part says why it is missing.
+func TestLabStatsWithoutBPF(t *testing.T) {
+	c := newLabCLI(t)
+	dir := imageDir(t, 16<<20)
+	port := strconv.Itoa(startServerCLI(t, c, dir))
+	dev := c.must("map", "--no-bpf", "sessname=nobpf", "dest_port="+port, "path=ip:127.0.0.1", "device_path=a.img")
+	t.Cleanup(func() { c.run("unmap", "--force", dev) })
+	c.statsJSON(true)
+	reads := fixedIO(t, dev, "randread", "4M").Jobs[0].Read.IOs
+	r := c.statsJSON(false)
+	if got := r.Sessions[0].Paths[0].Stats.Read.Count; got != uint64(reads) {
+		t.Errorf("RTRS counted %d reads without eBPF, fio did %d", got, reads)
+	}
+	if r.Devices[0].Latency != nil || !strings.Contains(r.Devices[0].LatencyOff, "--no-bpf") || !strings.Contains(r.EBPF.BlockLatency, "--no-bpf") {
+		t.Errorf("without eBPF: device %+v, ebpf %+v", r.Devices[0], r.EBPF)
+	}
+	text := c.must("stats")
+	for _, want := range []string{"rdma:", "rdma_lat:", "block latency: (eBPF unavailable: disabled by --no-bpf)", "ebpf: block latency disabled by --no-bpf"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("stats without eBPF lacks %q:\n%s", want, text)
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -108,12 +109,7 @@ func (d *clientDaemon) collectStats(reset bool) (*statsReport, error) {
 	}
 	rep.EBPF.CompletionCPU = onOrWhy(compErr)
 
-	names := make([]string, 0, len(d.sessions))
-	for name := range d.sessions {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(d.sessions)) {
 		sess := d.sessions[name]
 		sr := sessionReport{Name: name, Transport: sess.spec.Transport}
 		cqs := sess.client.CompletionQueues()
@@ -151,12 +147,7 @@ func (d *clientDaemon) collectStats(reset bool) (*statsReport, error) {
 		rep.Sessions = append(rep.Sessions, sr)
 	}
 
-	ids := make([]uint32, 0, len(d.devices))
-	for id := range d.devices {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(d.devices)) {
 		dd := d.devices[id]
 		dr := deviceReport{Device: ublk.BlockPath(id), SessName: dd.spec.SessName, MapPath: dd.spec.DevicePath, Transport: dd.spec.Transport}
 		err := blkErr
