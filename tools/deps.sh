@@ -10,7 +10,7 @@ mkdir -p "$cache"
 
 pkgs=(build-essential git curl ca-certificates unzip xz-utils kmod cpio
       qemu-system-x86 busybox-static fio util-linux iproute2
-      rdma-core ibverbs-utils rdmacm-utils perftest librdmacm-dev libibverbs-dev
+      rdma-core ibverbs-utils rdmacm-utils perftest nvme-cli librdmacm-dev libibverbs-dev
       bpftool dwarves nbdkit vagrant e2fsprogs bc clang llvm libbpf-dev)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -3,7 +3,8 @@
 # benchmarks in the lab VM (fio against the kernel's own devices, and the
 # allocation benchmark of the queue loop), RNBD over soft-RoCE against the
 # kernel's RNBD and NVMe-oF (rnbd-lab.sh), and the link's ceiling (perftest)
-# next to urnbd's RTRS over RDMA (rdma-ceiling.sh). Results: .cache/bench/.
+# next to urnbd's RTRS over RDMA (rdma-ceiling.sh), and the cost of the eBPF
+# tracing (trace-overhead.sh). Results: .cache/bench/.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -28,6 +29,7 @@ modprobe ublk_drv
 tools/bench/ublk-lab.sh
 tools/bench/rnbd-lab.sh
 tools/bench/rdma-ceiling.sh
+tools/bench/trace-overhead.sh
 EOS
 chmod +x .cache/lab/bench-guest.sh
 tools/lab/lab build-rnbd
