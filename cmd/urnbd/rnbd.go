@@ -33,6 +33,7 @@ func serverCommand() *cli.Command {
 			&cli.StringFlag{Name: "dev-search-path", Value: "/", Usage: "folder the exported device paths are relative to"},
 			&cli.IntFlag{Name: "queue-depth", Value: rtrs.DefaultSessQueueDepth, Usage: "chunks per session (sess_queue_depth)"},
 			&cli.StringFlag{Name: "max-chunk-size", Value: "128K", Usage: "chunk `SIZE` (max_chunk_size, a power of two); max I/O is 4K less"},
+			&cli.StringFlag{Name: "backend-io", Value: "uring", Usage: "`MODE` of file and block device I/O: uring (io_uring, requests overlap on the backend) or sync (in the connection's thread, one at a time; lowest latency on a fast device)"},
 			&cli.StringSliceFlag{Name: "memory", Usage: "export a device held in memory as `NAME=SIZE` (device_path=NAME; zeros at start, lost at exit; for demos and benchmarks); repeatable"},
 		},
 		Action: runServer,
@@ -57,7 +58,11 @@ func runServer(c *cli.Context) error {
 		}
 		memory[name] = n
 	}
-	srv, err := rnbd.NewServer(rnbd.ServerConfig{DevSearchPath: search, MaxIOSize: int(chunk) - rtrs.DefaultMaxHdrSize, MemoryExports: memory})
+	if m := c.String("backend-io"); m != "uring" && m != "sync" {
+		return fmt.Errorf("backend-io %q: want uring or sync: %w", m, unix.EINVAL)
+	}
+	srv, err := rnbd.NewServer(rnbd.ServerConfig{DevSearchPath: search, MaxIOSize: int(chunk) - rtrs.DefaultMaxHdrSize,
+		MemoryExports: memory, SyncIO: c.String("backend-io") == "sync"})
 	if err != nil {
 		return err
 	}
