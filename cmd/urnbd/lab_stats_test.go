@@ -466,3 +466,65 @@ func TestLabStatsWithoutBPF(t *testing.T) {
 		}
 	}
 }
+
+// flushes returns the flush requests a block device completed
+// (/sys/block/NAME/stat, field 16).
+func flushes(t *testing.T, name string) uint64 {
+	t.Helper()
+	b, err := os.ReadFile("/sys/block/" + name + "/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 16 {
+		t.Fatalf("/sys/block/%s/stat has %d fields", name, len(f))
+	}
+	n, _ := strconv.ParseUint(f[15], 10, 64)
+	return n
+}
+
+// Flushes and FUA writes on the mapped device reach the server's backend:
+// the server exports a loop device (which has a volatile write cache), and
+// its flush count grows with the client's fsyncs and FUA writes, with
+// either backend I/O mode.
+func TestLabFlushAndFUAReachTheBackend(t *testing.T) {
+	c := newLabCLI(t)
+	labtest.NeedCommand(t, "losetup")
+	img := filepath.Join(imageDir(t, 64<<20), "a.img")
+	loop := strings.TrimSpace(labtest.Run(t, "losetup", "-f", "--show", img))
+	t.Cleanup(func() { exec.Command("losetup", "-d", loop).Run() })
+	name := filepath.Base(loop)
+	for _, mode := range []string{"uring", "sync"} {
+		t.Run(mode, func(t *testing.T) {
+			port := freePort(t)
+			srv := exec.Command(c.bin, "server", "--listen", "tcp://127.0.0.1:"+strconv.Itoa(port), "--dev-search-path", "/dev", "--backend-io", mode)
+			srv.Env = append(os.Environ(), "URNBD_RUN_DIR="+c.runDir)
+			if err := srv.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { srv.Process.Signal(syscall.SIGTERM); srv.Wait() }()
+			var dev string
+			if !labtest.WaitFor(10e9, func() bool {
+				out, err := c.run("map", "sessname=flush-"+mode, "dest_port="+strconv.Itoa(port), "path=ip:127.0.0.1", "device_path="+name)
+				dev = out
+				return err == nil
+			}) {
+				t.Fatalf("map: %s", dev)
+			}
+			defer c.run("unmap", "--force", dev)
+			before := flushes(t, name)
+			labtest.Run(t, "fio", "--name=fsync", "--filename="+dev, "--rw=write", "--bs=4k", "--size=64k",
+				"--direct=1", "--ioengine=psync", "--fsync=1")
+			afterFsync := flushes(t, name)
+			labtest.Run(t, "dd", "if=/dev/zero", "of="+dev, "bs=4k", "count=16", "oflag=direct,dsync", "status=none")
+			afterFUA := flushes(t, name)
+			t.Logf("%s: loop flushes %d, after 16 fsyncs %d, after 16 FUA writes %d", mode, before, afterFsync, afterFUA)
+			// The block layers on the way may merge a flush with another
+			// (16 fsyncs made 15 flushes in a run); a FUA write on the
+			// loop device becomes a flush before and one after.
+			if afterFsync < before+12 || afterFUA < afterFsync+16 {
+				t.Errorf("flushes on %s: %d before, %d after 16 fsyncs, %d after 16 FUA writes; want at least +12 and +16", loop, before, afterFsync, afterFUA)
+			}
+		})
+	}
+}
