@@ -165,7 +165,8 @@ func mapCommand() *cli.Command {
 		Description: "The map string is the kernel's (echo ... > /sys/class/rnbd-client/ctl/map_device), plus\n" +
 			"transport=rdma|tcp; --sessname, --path, --device-path, --access-mode and --dest-port say the same.\n" +
 			"Prints the new device, /dev/ublkbN. Errors: EINVAL (bad map string), EEXIST (already mapped),\n" +
-			"ENOENT (no such device on the server), EACCES/EBUSY (the server refused the access mode).",
+			"ENOENT (no such device on the server), EPERM (a second rw mapping of the device; use migration).\n" +
+			"--metrics-listen and --no-bpf apply when map starts the client daemon.",
 		Flags: append(append([]cli.Flag{}, mapStringFlags...), mapFlags...),
 		Action: func(c *cli.Context) error {
 			spec, err := parseMapString(mapStringFromFlags(c))
