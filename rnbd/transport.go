@@ -69,8 +69,11 @@ type PathStatus struct {
 	State string
 	// RTT is the last heartbeat round trip (the kernel's cur_latency);
 	// zero before the first heartbeat is answered.
-	RTT   time.Duration
-	Stats *rtrs.ClientPathStats
+	RTT time.Duration
+	// LastError is why the last connect attempt failed ("" after one
+	// succeeded).
+	LastError string
+	Stats     *rtrs.ClientPathStats
 }
 
 func numCPU() int { return runtime.NumCPU() }

@@ -110,7 +110,7 @@ func (t *rdmaTransport) completionQueues() []CompletionQueue {
 func (t *rdmaTransport) paths() []PathStatus {
 	var out []PathStatus
 	for _, p := range t.c.Paths() {
-		out = append(out, PathStatus{Index: p.Index, Addr: p.Addr.String(), State: p.State, RTT: p.RTT, Stats: p.Stats})
+		out = append(out, PathStatus{Index: p.Index, Addr: p.Addr.String(), State: p.State, RTT: p.RTT, LastError: p.LastError, Stats: p.Stats})
 	}
 	return out
 }

@@ -67,7 +67,7 @@ func (t *tcpTransport) call(ctx context.Context, write bool, usr []byte, respLen
 func (t *tcpTransport) paths() []PathStatus {
 	var out []PathStatus
 	for _, p := range t.c.Paths() {
-		out = append(out, PathStatus{Index: p.Index, Addr: p.Addr.String(), State: p.State, RTT: p.RTT, Stats: p.Stats})
+		out = append(out, PathStatus{Index: p.Index, Addr: p.Addr.String(), State: p.State, RTT: p.RTT, LastError: p.LastError, Stats: p.Stats})
 	}
 	return out
 }

@@ -433,7 +433,11 @@ func (d *clientDaemon) list() []listEntry {
 			e.State = "closed"
 		}
 		for _, p := range dd.sess.client.Paths() {
-			e.Paths = append(e.Paths, p.Addr+" ("+p.State+")")
+			state := p.State
+			if p.LastError != "" && p.State != "connected" {
+				state += ": " + p.LastError
+			}
+			e.Paths = append(e.Paths, p.Addr+" ("+state+")")
 		}
 		out = append(out, e)
 	}

@@ -87,12 +87,12 @@ func pathCommand() *cli.Command {
 				return enc.Encode(r.Sessions)
 			}
 			w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(w, "SESSNAME\tINDEX\tPATH\tSTATE\tCUR_LATENCY\tINFLIGHT\tREADS\tWRITES\tFAILOVERS\tRECONNECTS")
+			fmt.Fprintln(w, "SESSNAME\tINDEX\tPATH\tSTATE\tCUR_LATENCY\tINFLIGHT\tREADS\tWRITES\tFAILOVERS\tRECONNECTS\tLAST_ERROR")
 			for _, s := range r.Sessions {
 				for _, p := range s.Paths {
 					st := p.Stats
-					fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%d ns\t%d\t%d\t%d\t%d\t%d/%d\n", s.Name, p.Index, p.Addr, p.State, p.CurLatencyNs,
-						st.Inflight, st.Read.Count, st.Write.Count, st.Failovers, st.ReconnectsOK, st.ReconnectsFailed)
+					fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%d ns\t%d\t%d\t%d\t%d\t%d/%d\t%s\n", s.Name, p.Index, p.Addr, p.State, p.CurLatencyNs,
+						st.Inflight, st.Read.Count, st.Write.Count, st.Failovers, st.ReconnectsOK, st.ReconnectsFailed, p.LastError)
 				}
 			}
 			return w.Flush()

@@ -48,6 +48,8 @@ type pathReport struct {
 	Index int    `json:"index"`
 	Addr  string `json:"addr"`
 	State string `json:"state"`
+	// LastError is why the path's last connect attempt failed.
+	LastError string `json:"last_error,omitempty"`
 	// CurLatencyNs is the last heartbeat round trip (cur_latency).
 	CurLatencyNs int64                     `json:"cur_latency_ns"`
 	Stats        *rtrs.ClientStatsSnapshot `json:"stats"`
@@ -114,7 +116,7 @@ func (d *clientDaemon) collectStats(reset bool) (*statsReport, error) {
 		sr := sessionReport{Name: name, Transport: sess.spec.Transport}
 		cqs := sess.client.CompletionQueues()
 		for _, p := range sess.client.Paths() {
-			pr := pathReport{Index: p.Index, Addr: p.Addr, State: p.State, CurLatencyNs: p.RTT.Nanoseconds(), Stats: p.Stats.Snapshot()}
+			pr := pathReport{Index: p.Index, Addr: p.Addr, State: p.State, LastError: p.LastError, CurLatencyNs: p.RTT.Nanoseconds(), Stats: p.Stats.Snapshot()}
 			switch {
 			case sess.spec.Transport != "rdma":
 				pr.CPUMigration = "not measured over TCP: its queues are woken by sockets, not by RDMA completion handlers"
@@ -232,6 +234,9 @@ func (r *statsReport) appendText(b []byte) []byte {
 	for _, s := range r.Sessions {
 		for _, p := range s.Paths {
 			b = fmt.Appendf(b, "session %s (%s) path %d %s (%s)\n", s.Name, s.Transport, p.Index, p.Addr, p.State)
+			if p.LastError != "" {
+				b = fmt.Appendf(b, "  last connect error: %s\n", p.LastError)
+			}
 			b = appendFile(b, "  ", "cur_latency", fmt.Appendf(nil, "%d ns\n", p.CurLatencyNs))
 			for _, f := range pathFiles {
 				if isMigrationFile(f.name) && p.CPUMigration != "ebpf" {

@@ -108,6 +108,7 @@ type clientPath struct {
 	stats    *rtrs.ClientPathStats
 	hbMissed atomic.Int32
 	rtt      atomic.Int64
+	connErr  rtrs.ConnectError // why the last connect attempt failed
 	reconCnt uint16
 	wakeFD   int
 	cmd      atomic.Int32 // the user's pending command (cmdNone, cmdReconnect, ...)
@@ -239,14 +240,7 @@ func (c *Client) Queue(i int) *ClientQueue { return c.queues[i] }
 func (c *Client) Permits() *rtrs.Permits { return c.queueSet.Permits() }
 
 // ClientPathInfo is a snapshot of a client path.
-type ClientPathInfo struct {
-	Index int
-	Addr  PathAddr
-	State string
-	RTT   time.Duration
-	// Stats are the path's statistics (live, not a copy).
-	Stats *rtrs.ClientPathStats
-}
+type ClientPathInfo = rtrs.ClientPathInfo
 
 // Paths returns a snapshot of the session's paths.
 func (c *Client) Paths() []ClientPathInfo {
@@ -254,7 +248,8 @@ func (c *Client) Paths() []ClientPathInfo {
 	defer c.mu.Unlock()
 	out := make([]ClientPathInfo, len(c.paths))
 	for i, p := range c.paths {
-		out[i] = ClientPathInfo{Index: i, Addr: p.addr, State: PathStateName(p.state.Load()), RTT: time.Duration(p.rtt.Load()), Stats: p.stats}
+		out[i] = ClientPathInfo{Index: i, Addr: p.addr, State: PathStateName(p.state.Load()), RTT: time.Duration(p.rtt.Load()),
+			LastError: p.connErr.String(), Stats: p.stats}
 	}
 	return out
 }
@@ -381,6 +376,7 @@ func (p *clientPath) run() {
 		if err == nil {
 			err = c.adopt(pc)
 		}
+		p.connErr.Set(err)
 		if err != nil {
 			if pc != nil {
 				pc.destroy()

@@ -90,6 +90,7 @@ type clientPath struct {
 	sessUUID rtrs.UUID
 	state    atomic.Int32
 	rttNS    atomic.Int64
+	connErr  rtrs.ConnectError // why the last connect attempt failed
 	stats    *rtrs.ClientPathStats
 	reconCnt uint16
 	everUp   bool
@@ -168,6 +169,7 @@ func DialClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	for i, a := range cfg.Paths {
 		p := c.newPath(i, a)
 		cp, err := p.dial(ctx, i == 0 || c.queueSet != nil)
+		p.connErr.Set(err)
 		if err != nil {
 			if first == nil {
 				first = err
@@ -248,14 +250,7 @@ func (c *Client) SetPolicy(p rtrs.MPPolicy) {
 }
 
 // ClientPathInfo is a snapshot of a client path.
-type ClientPathInfo struct {
-	Index int
-	Addr  PathAddr
-	State string
-	RTT   time.Duration
-	// Stats are the path's statistics (live, not a copy).
-	Stats *rtrs.ClientPathStats
-}
+type ClientPathInfo = rtrs.ClientPathInfo
 
 // Paths returns a snapshot of the session's paths.
 func (c *Client) Paths() []ClientPathInfo {
@@ -265,7 +260,7 @@ func (c *Client) Paths() []ClientPathInfo {
 	for _, p := range c.paths {
 		out = append(out, ClientPathInfo{
 			Index: p.idx, Addr: p.addr, State: PathStateName(p.state.Load()),
-			RTT: time.Duration(p.rttNS.Load()), Stats: p.stats,
+			RTT: time.Duration(p.rttNS.Load()), LastError: p.connErr.String(), Stats: p.stats,
 		})
 	}
 	return out
@@ -435,6 +430,7 @@ func (p *clientPath) run(conns []*ClientConn) {
 			cp, err := p.dial(ctx, false)
 			cancel()
 			attempts++
+			p.connErr.Set(err)
 			if err != nil {
 				if p.everUp {
 					p.stats.ReconnectFailed()

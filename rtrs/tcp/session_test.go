@@ -654,6 +654,25 @@ func TestSessionPathManagement(t *testing.T) {
 	if err := c.RemovePath(1); !errors.Is(err, syscall.ENOENT) {
 		t.Errorf("removing a removed path: %v, want ENOENT", err)
 	}
+
+	// A path the server refuses (the same client and server addresses as
+	// path 0: EEXIST there) keeps trying, and says why.
+	dup, err := c.AddPath(PathAddr{Src: "127.0.0.1", Dst: addrA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for c.Paths()[dup].LastError == "" && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if p := c.Paths()[dup]; p.State == "connected" || p.LastError == "" {
+		t.Errorf("duplicate path: state %s, last error %q; want it refused, with the reason", p.State, p.LastError)
+	} else {
+		t.Logf("duplicate path: %s: %s", p.State, p.LastError)
+	}
+	if p := c.Paths()[0]; p.LastError != "" {
+		t.Errorf("connected path 0 has a last error %q", p.LastError)
+	}
 }
 
 // A path gives up after max_reconnect_attempts failed reconnects.
