@@ -16,10 +16,14 @@ import (
 
 // The server performs the reads, writes and flushes of file and block
 // device exports through io_uring, so that a connection's requests overlap
-// on the backend instead of waiting for each other: the handler submits
-// and returns, and a reaper thread completes the RTRS request when the
-// backend answers. Discard and write zeroes (fallocate, with fallbacks)
-// and memory exports stay synchronous.
+// on the backend instead of waiting for each other. Each ring has one
+// thread, its worker, which alone submits and reaps: the kernel completes
+// block I/O by task work on the submitting thread, so a ring driven by
+// one thread completes without hops between threads. A handler puts its
+// request in the ring's queue and wakes the worker (an eventfd write) only
+// when it sleeps; the worker completes the RTRS request when the backend
+// answers. Discard and write zeroes (fallocate, with fallbacks) and memory
+// exports stay synchronous.
 
 // completer finishes an RTRS request: *tcp.ServerIO and *rdmatr.ServerIO.
 type completer interface{ Complete(errno int) }
@@ -31,30 +35,34 @@ type ioEngine struct {
 	next  atomic.Uint32
 }
 
-// ioRing is one io_uring with a reaper goroutine. Submissions are
-// serialised by mu (the submission queue has one producer); the reaper
-// alone consumes completions.
+// ioRing is one io_uring and its worker thread.
 type ioRing struct {
+	ring  *uring.Ring // the worker's only
+	wake  int         // eventfd the worker polls while it sleeps
+	slots []ioSlot    // by user data; a slot belongs to whoever took it from free
+
 	mu       sync.Mutex
-	ring     *uring.Ring
-	slots    []ioSlot // by user data
-	free     []uint32 // free slots, under mu
-	stopping bool     // reaper only
-	done     chan struct{}
+	free     []uint32 // free slots
+	queued   []uint32 // slots to submit
+	sleeping bool     // the worker waits and must be woken
+	stopping bool
+
+	done chan struct{}
 }
 
-// ioSlot is a request in flight on the backend.
+// ioSlot is a request on its way to the backend or in flight there.
 type ioSlot struct {
 	io   completer
 	d    *mapping
 	op   IOOp
+	fua  bool
 	off  int64
 	data []byte
 }
 
 const (
 	ioRingEntries = 256
-	ioStopData    = ^uint64(0) // user data of the NOP that stops a reaper
+	ioWakeData    = ^uint64(0) // user data of the poll on the wake eventfd
 )
 
 // newIOEngine starts one ring per CPU, or fails when io_uring is not
@@ -62,89 +70,144 @@ const (
 func newIOEngine() (*ioEngine, error) {
 	e := &ioEngine{}
 	for range runtime.NumCPU() {
-		r, err := uring.New(ioRingEntries, 0)
+		ir, err := newIORing()
 		if err != nil {
 			e.close()
 			return nil, fmt.Errorf("rnbd: backend io_uring: %w", err)
 		}
-		ir := &ioRing{ring: r, slots: make([]ioSlot, ioRingEntries), done: make(chan struct{})}
-		for i := range ir.slots {
-			ir.free = append(ir.free, uint32(i))
-		}
 		e.rings = append(e.rings, ir)
-		go ir.reap()
+		go ir.work()
 	}
 	return e, nil
 }
 
-// submit starts op on d's backend and reports whether it did; if not (no
-// free slot, a full ring), the caller serves the request synchronously.
-// On success d.refs stays raised until the completion.
+func newIORing() (*ioRing, error) {
+	r, err := uring.New(ioRingEntries+1, 0) // +1: the wake poll
+	if err != nil {
+		return nil, err
+	}
+	wake, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		r.Close()
+		return nil, fmt.Errorf("eventfd: %w", err)
+	}
+	ir := &ioRing{ring: r, wake: wake, slots: make([]ioSlot, ioRingEntries), done: make(chan struct{}),
+		queued: make([]uint32, 0, ioRingEntries)}
+	for i := range ir.slots {
+		ir.free = append(ir.free, uint32(i))
+	}
+	return ir, nil
+}
+
+// submit hands op on d's backend to a ring and reports whether it did; if
+// not (every slot busy), the caller serves the request synchronously. On
+// success d.refs stays raised until the completion.
 func (e *ioEngine) submit(io completer, d *mapping, op IOOp, fua bool, off int64, data []byte) bool {
 	ir := e.rings[e.next.Add(1)%uint32(len(e.rings))]
 	ir.mu.Lock()
-	defer ir.mu.Unlock()
-	if len(ir.free) == 0 {
-		return false
-	}
-	sqe := ir.ring.GetSQE()
-	if sqe == nil {
+	if len(ir.free) == 0 || ir.stopping {
+		ir.mu.Unlock()
 		return false
 	}
 	slot := ir.free[len(ir.free)-1]
-	fd := int32(d.be.fd)
-	switch op {
+	ir.free = ir.free[:len(ir.free)-1]
+	ir.slots[slot] = ioSlot{io: io, d: d, op: op, fua: fua, off: off, data: data}
+	ir.queued = append(ir.queued, slot)
+	wake := ir.sleeping
+	ir.sleeping = false
+	ir.mu.Unlock()
+	if wake {
+		ir.kick()
+	}
+	return true
+}
+
+// kick wakes the worker.
+func (ir *ioRing) kick() {
+	one := [8]byte{1}
+	unix.Write(ir.wake, one[:])
+}
+
+// work is the ring's thread: it submits what handlers queued, completes
+// what the backend answered, and sleeps in the ring when there is
+// neither.
+func (ir *ioRing) work() {
+	runtime.LockOSThread() // task work runs on the submitting thread
+	defer close(ir.done)
+	batch := make([]uint32, 0, ioRingEntries)
+	pollArmed := false
+	var buf [8]byte
+	for {
+		ir.mu.Lock()
+		batch = append(batch[:0], ir.queued...)
+		ir.queued = ir.queued[:0]
+		idle := len(batch) == 0 && ir.ring.CQReady() == 0
+		if ir.stopping && idle && len(ir.free) == len(ir.slots) {
+			ir.mu.Unlock()
+			return
+		}
+		ir.sleeping = idle
+		ir.mu.Unlock()
+
+		for _, slot := range batch {
+			ir.prep(slot)
+		}
+		if idle && !pollArmed {
+			if sqe := ir.ring.GetSQE(); sqe != nil {
+				sqe.PrepPollAdd(int32(ir.wake), unix.POLLIN, false, ioWakeData)
+				pollArmed = true
+			}
+		}
+		wait := uint32(0)
+		if idle {
+			wait = 1
+		}
+		// With at most ioRingEntries requests and the poll in flight,
+		// the completion queue (twice as long) cannot overflow.
+		ir.ring.SubmitAndWait(wait)
+		ir.ring.ForEachCQE(func(cqe *uring.CQE) {
+			if cqe.UserData == ioWakeData {
+				pollArmed = false
+				unix.Read(ir.wake, buf[:])
+				return
+			}
+			ir.complete(uint32(cqe.UserData), cqe.Res)
+		})
+	}
+}
+
+// prep turns a queued slot into a submission entry.
+func (ir *ioRing) prep(slot uint32) {
+	s := &ir.slots[slot]
+	sqe := ir.ring.GetSQE()
+	for sqe == nil { // cannot happen with entries > slots; be safe
+		ir.ring.Submit()
+		sqe = ir.ring.GetSQE()
+	}
+	fd := int32(s.d.be.fd)
+	switch s.op {
 	case OpRead:
-		sqe.PrepRead(fd, unsafe.Pointer(unsafe.SliceData(data)), uint32(len(data)), uint64(off), uint64(slot))
+		sqe.PrepRead(fd, unsafe.Pointer(unsafe.SliceData(s.data)), uint32(len(s.data)), uint64(s.off), uint64(slot))
 	case OpWrite:
-		sqe.PrepWrite(fd, unsafe.Pointer(unsafe.SliceData(data)), uint32(len(data)), uint64(off), uint64(slot))
-		if fua {
+		sqe.PrepWrite(fd, unsafe.Pointer(unsafe.SliceData(s.data)), uint32(len(s.data)), uint64(s.off), uint64(slot))
+		if s.fua {
 			sqe.OpFlags = unix.RWF_DSYNC
 		}
 	default: // OpFlush
 		sqe.PrepFsync(fd, uring.FsyncDatasync, uint64(slot))
 	}
-	ir.free = ir.free[:len(ir.free)-1]
-	ir.slots[slot] = ioSlot{io: io, d: d, op: op, off: off, data: data}
-	// With no more requests in flight than entries, the completion queue
-	// (twice as long) cannot overflow, so the kernel takes the entry.
-	ir.ring.Submit()
-	return true
 }
 
-// reap completes requests as the backend answers them.
-func (ir *ioRing) reap() {
-	defer close(ir.done)
-	for {
-		cqe, err := ir.ring.WaitCQE()
-		if err != nil {
-			return
-		}
-		ud, res := cqe.UserData, cqe.Res
-		ir.ring.CQESeen()
-		if ud != ioStopData {
-			// The slot is read under mu, which its submitter held while
-			// filling it: the kernel's ordering is not visible to Go's.
-			ir.mu.Lock()
-			s := ir.slots[ud]
-			ir.slots[ud] = ioSlot{}
-			ir.free = append(ir.free, uint32(ud))
-			ir.mu.Unlock()
-			errno := s.finish(res)
-			s.d.refs.Add(-1)
-			s.io.Complete(errno)
-		} else {
-			ir.stopping = true
-		}
-		if ir.stopping {
-			ir.mu.Lock()
-			idle := len(ir.free) == len(ir.slots)
-			ir.mu.Unlock()
-			if idle {
-				return
-			}
-		}
-	}
+// complete ends the request of slot with the backend's result.
+func (ir *ioRing) complete(slot uint32, res int32) {
+	s := ir.slots[slot]
+	ir.slots[slot] = ioSlot{}
+	errno := s.finish(res)
+	ir.mu.Lock()
+	ir.free = append(ir.free, slot)
+	ir.mu.Unlock()
+	s.d.refs.Add(-1)
+	s.io.Complete(errno)
 }
 
 // finish turns a completion into 0 or -errno, doing what a short read or
@@ -174,18 +237,18 @@ func (s *ioSlot) finish(res int32) int {
 	return 0
 }
 
-// close stops the reapers once the requests in flight are done, and
+// close stops the workers once the requests in flight are done, and
 // frees the rings. No request may be submitted any more.
 func (e *ioEngine) close() {
 	for _, ir := range e.rings {
 		ir.mu.Lock()
-		if sqe := ir.ring.GetSQE(); sqe != nil {
-			sqe.PrepNop(ioStopData)
-			ir.ring.Submit()
-		}
+		ir.stopping = true
+		ir.sleeping = false
 		ir.mu.Unlock()
+		ir.kick()
 		<-ir.done
 		ir.ring.Close()
+		unix.Close(ir.wake)
 	}
 	e.rings = nil
 }
