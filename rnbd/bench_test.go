@@ -80,7 +80,7 @@ func BenchmarkServerReadFile4K(b *testing.B) {
 	if err := os.WriteFile(filepath.Join(dir, "disk.img"), make([]byte, 1<<20), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	s, err := NewServer(ServerConfig{DevSearchPath: dir, MaxIOSize: 126976})
+	s, err := NewServer(ServerConfig{DevSearchPath: dir, MaxIOSize: 126976, AsyncIO: true})
 	if err != nil {
 		b.Fatal(err)
 	}

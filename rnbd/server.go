@@ -23,9 +23,16 @@ type ServerConfig struct {
 	// 4096), for demos and benchmarks. Their data is lost when the
 	// server stops.
 	MemoryExports map[string]uint64
-	// SyncIO makes the backend I/O synchronous, in the transport's
-	// goroutine, instead of through io_uring.
-	SyncIO bool
+	// AsyncIO performs the reads, writes and flushes of files and block
+	// devices through io_uring, so that a connection's requests overlap
+	// on the backend; without it they run in the transport's goroutine,
+	// one at a time. Caveat: a request whose path fails while its backend
+	// I/O is queued is failed over by the client and may be reused with
+	// the same chunk before the stale I/O runs; a stale write can then
+	// store another request's data (seen once in the lab as zeros after a
+	// link failure). Until the server quarantines the chunks of a failed
+	// path, use it only where paths do not fail under load.
+	AsyncIO bool
 	// MaxIOSize is the transport's max_io_size, announced as the devices'
 	// max_hw_sectors.
 	MaxIOSize int
@@ -87,7 +94,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	srv := &Server{cfg: cfg, exports: make(map[string]*export), memory: memory}
-	if !cfg.SyncIO {
+	if cfg.AsyncIO {
 		if srv.engine, err = newIOEngine(); err != nil {
 			srv.logf("rnbd: backend I/O is synchronous: %v", err)
 		}

@@ -322,3 +322,35 @@ func TestServerMemoryExport(t *testing.T) {
 		t.Error("\"../mem0\" opened")
 	}
 }
+
+// The io_uring backend engine (AsyncIO) serves reads, writes with FUA,
+// flushes and an out-of-range request like the synchronous path.
+func TestServerAsyncIO(t *testing.T) {
+	dir := t.TempDir()
+	path := mkFile(t, dir, "disk.img", 8<<20, 0)
+	tc := dialRNBD(t, testServerConfig(t, ServerConfig{DevSearchPath: dir, MaxIOSize: 126976, Logf: t.Logf, AsyncIO: true}), "sess-async")
+	rsp, e := tc.open("disk.img", AccessRW)
+	if e != 0 {
+		t.Fatalf("OPEN: errno %d", e)
+	}
+	for i := range 64 {
+		data := bytes.Repeat([]byte{byte(i + 1)}, 4096)
+		if e := tc.io(rsp.DeviceID, OpWrite, FlagSync|FlagFUA, int64(i)*8192, data, len(data)); e != 0 {
+			t.Fatalf("WRITE %d: errno %d", i, e)
+		}
+		back := make([]byte, 4096)
+		if e := tc.io(rsp.DeviceID, OpRead, FlagSync, int64(i)*8192, back, len(back)); e != 0 || !bytes.Equal(back, data) {
+			t.Fatalf("READ %d: errno %d, equal %v", i, e, bytes.Equal(back, data))
+		}
+	}
+	if e := tc.io(rsp.DeviceID, OpFlush, FlagSync|FlagFUA, 0, nil, 0); e != 0 {
+		t.Fatalf("FLUSH: errno %d", e)
+	}
+	if e := tc.io(rsp.DeviceID, OpRead, FlagSync, 8<<20, make([]byte, 4096), 4096); e != -int(syscall.EIO) {
+		t.Errorf("READ past the end: errno %d, want -EIO", e)
+	}
+	onDisk, _ := os.ReadFile(path)
+	if onDisk[63*8192] != 64 || onDisk[63*8192+4095] != 64 {
+		t.Error("the backing file does not hold what was written")
+	}
+}
