@@ -24,7 +24,12 @@ type labCLI struct {
 func newLabCLI(t *testing.T) *labCLI {
 	labtest.NeedUblk(t)
 	c := &labCLI{t: t, bin: labtest.Binary(t), runDir: t.TempDir()}
-	t.Cleanup(func() { c.run("ublk", "del", "--all") })
+	t.Cleanup(func() {
+		c.run("ublk", "del", "--all")
+		if log, err := os.ReadFile(filepath.Join(c.runDir, "urnbd.log")); err == nil && t.Failed() {
+			t.Logf("client daemon log:\n%s", log)
+		}
+	})
 	return c
 }
 
