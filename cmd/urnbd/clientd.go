@@ -159,11 +159,7 @@ func unmapCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			if _, err := ask(&clientRequest{Op: "unmap", Device: id, Force: c.Bool("force")}, false); err != nil {
-				var re *reportedError
-				if !errors.As(err, &re) {
-					return fmt.Errorf("unmap: %s is not mapped (no client daemon: %v): %w", ublk.BlockPath(id), err, unix.ENOENT)
-				}
+			if _, err := askDaemon(&clientRequest{Op: "unmap", Device: id, Force: c.Bool("force")}, "unmap: "+ublk.BlockPath(id)+" is not mapped"); err != nil {
 				return err
 			}
 			fmt.Printf("unmapped %s\n", ublk.BlockPath(id))
@@ -176,33 +172,27 @@ func listCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "list",
 		Usage: "show the mapped RNBD devices",
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "format", Value: "table", Usage: "table or json"},
-			&cli.BoolFlag{Name: "json", Usage: "same as --format json"},
-		},
+		Flags: formatFlags("table"),
 		Action: func(c *cli.Context) error {
-			format := c.String("format")
-			if c.Bool("json") {
-				format = "json"
+			format, err := outputFormat(c, "table")
+			if err != nil {
+				return fmt.Errorf("list: %w", err)
 			}
 			entries := []listEntry{}
 			if rep, err := ask(&clientRequest{Op: "list"}, false); err == nil {
 				entries = append(entries, rep.Devices...)
 			}
-			switch format {
-			case "json":
+			if format == "json" {
 				enc := json.NewEncoder(os.Stdout)
 				enc.SetIndent("", "  ")
 				return enc.Encode(entries)
-			case "table":
-				w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-				fmt.Fprintln(w, "DEVNAME\tSESSNAME\tMAPPING_PATH\tACCESS_MODE\tSTATE\tPATHS")
-				for _, e := range entries {
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Device, e.SessName, e.MapPath, e.AccessMode, e.State, strings.Join(e.Paths, ","))
-				}
-				return w.Flush()
 			}
-			return fmt.Errorf("list: --format %q: want table or json: %w", format, unix.EINVAL)
+			w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(w, "DEVNAME\tSESSNAME\tMAPPING_PATH\tACCESS_MODE\tSTATE\tPATHS")
+			for _, e := range entries {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Device, e.SessName, e.MapPath, e.AccessMode, e.State, strings.Join(e.Paths, ","))
+			}
+			return w.Flush()
 		},
 	}
 }

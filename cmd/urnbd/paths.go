@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -43,7 +44,7 @@ func pathCommand() *cli.Command {
 				return err
 			}
 			rep, err := askDaemon(&clientRequest{Op: "path", Session: c.Args().First(), PathOp: "add",
-				Path: mp.Src + "@" + net.JoinHostPort(mp.Dst, strconv.Itoa(mp.Port))})
+				Path: mp.Src + "@" + net.JoinHostPort(mp.Dst, strconv.Itoa(mp.Port))}, noSession(c.Args().First()))
 			if err != nil {
 				return fmt.Errorf("path add: %w", err)
 			}
@@ -65,7 +66,7 @@ func pathCommand() *cli.Command {
 				if c.NArg() != 2 {
 					return fmt.Errorf("path %s: want SESSNAME and PATH: %w", name, unix.EINVAL)
 				}
-				if _, err := askDaemon(&clientRequest{Op: "path", Session: c.Args().First(), PathOp: name, Path: c.Args().Get(1)}); err != nil {
+				if _, err := askDaemon(&clientRequest{Op: "path", Session: c.Args().First(), PathOp: name, Path: c.Args().Get(1)}, noSession(c.Args().First())); err != nil {
 					return fmt.Errorf("path %s: %w", name, err)
 				}
 				return nil
@@ -111,7 +112,7 @@ func sessionCommand() *cli.Command {
 				if c.NArg() != 2 {
 					return fmt.Errorf("session set %s: want SESSNAME and %s: %w", key, args, unix.EINVAL)
 				}
-				if _, err := askDaemon(&clientRequest{Op: "session-set", Session: c.Args().First(), Key: key, Value: c.Args().Get(1)}); err != nil {
+				if _, err := askDaemon(&clientRequest{Op: "session-set", Session: c.Args().First(), Key: key, Value: c.Args().Get(1)}, noSession(c.Args().First())); err != nil {
 					return fmt.Errorf("session set %s: %w", key, err)
 				}
 				return nil
@@ -132,17 +133,20 @@ func sessionCommand() *cli.Command {
 	}
 }
 
-// askDaemon sends a request to a running daemon; with none there is no
-// session to act on.
-func askDaemon(req *clientRequest) (*clientReply, error) {
+// askDaemon sends a request to a running daemon; with none running, the
+// error wraps ENOENT and says what is missing (none: nothing is mapped).
+func askDaemon(req *clientRequest, missing string) (*clientReply, error) {
 	rep, err := ask(req, false)
 	if err != nil {
-		if _, ok := err.(*reportedError); !ok {
-			return nil, fmt.Errorf("session %s: no such session (no client daemon): %w", req.Session, unix.ENOENT)
+		var re *reportedError
+		if !errors.As(err, &re) {
+			return nil, fmt.Errorf("%s (no client daemon on %s): %w", missing, clientSocket(), unix.ENOENT)
 		}
 	}
 	return rep, err
 }
+
+func noSession(name string) string { return "session " + name + ": no such session" }
 
 // session returns the named session; the daemon's lock is held.
 func (d *clientDaemon) session(name string) (*daemonSession, error) {

@@ -291,14 +291,30 @@ func (r *statsReport) write(w io.Writer, format string) error {
 	return err
 }
 
+// formatFlags are --format (text-like default, or json) and --json.
+func formatFlags(def string) []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "format", Value: def, Usage: def + " or json"},
+		&cli.BoolFlag{Name: "json", Usage: "same as --format json"},
+	}
+}
+
+// outputFormat returns the format formatFlags chose: def or json.
+func outputFormat(c *cli.Context, def string) (string, error) {
+	format := c.String("format")
+	if c.Bool("json") {
+		format = "json"
+	}
+	if format != def && format != "json" {
+		return "", fmt.Errorf("--format %q: want %s or json: %w", format, def, unix.EINVAL)
+	}
+	return format, nil
+}
+
 // fetchStats asks the client daemon for its statistics.
 func fetchStats(reset bool) (*statsReport, error) {
-	rep, err := ask(&clientRequest{Op: "stats", Force: reset}, false)
+	rep, err := askDaemon(&clientRequest{Op: "stats", Force: reset}, "no mapped device")
 	if err != nil {
-		var re *reportedError
-		if !errors.As(err, &re) {
-			return nil, fmt.Errorf("no mapped device (no client daemon on %s): %w", clientSocket(), unix.ENOENT)
-		}
 		return nil, err
 	}
 	if rep.Stats == nil {
@@ -313,21 +329,16 @@ func statsCommand() *cli.Command {
 		Usage: "print every path's RTRS statistics in the kernel's formats, and the eBPF block latency of every mapped device",
 		Description: "Per session and path: cur_latency, cpu_migration_from/_to, reconnects, rdma and reset_all as in Linux 6.12,\n" +
 			"and sg_entries, cpu_migration, rdma_lat and wc_completion as the 5.6 ABI documented them, plus rdma_lat in µs.\n" +
-			"cpu_migration counts RDMA completions whose handler ran on another CPU than the queue thread polling the CQ\n" +
+			"cpu_migration counts RDMA completion events raised on another CPU than the queue thread polling the CQ\n" +
 			"(eBPF on ib_uverbs_comp_handler). Per device: block request latency, issue to completion (eBPF block tracepoints).\n" +
 			"Parts that need eBPF say why they are missing when it is not available.",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.BoolFlag{Name: "reset", Usage: "print, then reset the counters (as echo 1 > reset_all) and the eBPF histograms"},
-			&cli.StringFlag{Name: "format", Value: "text", Usage: "text or json"},
-			&cli.BoolFlag{Name: "json", Usage: "same as --format json"},
-		},
+		}, formatFlags("text")...),
 		Action: func(c *cli.Context) error {
-			format := c.String("format")
-			if c.Bool("json") {
-				format = "json"
-			}
-			if format != "text" && format != "json" {
-				return fmt.Errorf("stats: --format %q: want text or json: %w", format, unix.EINVAL)
+			format, err := outputFormat(c, "text")
+			if err != nil {
+				return fmt.Errorf("stats: %w", err)
 			}
 			r, err := fetchStats(c.Bool("reset"))
 			if err != nil {
