@@ -26,12 +26,9 @@ type ServerConfig struct {
 	// AsyncIO performs the reads, writes and flushes of files and block
 	// devices through io_uring, so that a connection's requests overlap
 	// on the backend; without it they run in the transport's goroutine,
-	// one at a time. Caveat: a request whose path fails while its backend
-	// I/O is queued is failed over by the client and may be reused with
-	// the same chunk before the stale I/O runs; a stale write can then
-	// store another request's data (seen once in the lab as zeros after a
-	// link failure). Until the server quarantines the chunks of a failed
-	// path, use it only where paths do not fail under load.
+	// one at a time. Either way a request failed over by the client waits
+	// until the stale copy of the failed path is done with the chunk (the
+	// RTRS servers' chunk gate).
 	AsyncIO bool
 	// MaxIOSize is the transport's max_io_size, announced as the devices'
 	// max_hw_sectors.

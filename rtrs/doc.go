@@ -57,4 +57,18 @@
 // supplies a Carrier: path selection and sending. PathAddr, the path
 // states, Params (ConnRsp.Params), CheckClientSession and ClientTimers are
 // shared the same way.
+//
+// # Failover and the server's chunks
+//
+// A client resends a failed path's requests on another path with the same
+// permits, hence the same server chunks, and reuses a chunk once the resend
+// is answered. The server may still be running the stale copy from the
+// failed path. A ChunkGate (RDMA server) and the chunk's busy flag (TCP
+// server) let one request at a time use a chunk across the paths of a
+// session, so a resend, and every later request on its chunk, waits until
+// the stale copy is done. One window stays open, as in the kernel's RTRS: a
+// stale request that the server has not even read yet when its resend has
+// been answered (still in the failed path's completion queue or socket
+// buffer; a server reads both promptly, and a client fails over only after
+// it noticed the failure) runs after it, as a repeated write.
 package rtrs

@@ -33,7 +33,7 @@ func serverCommand() *cli.Command {
 			&cli.StringFlag{Name: "dev-search-path", Value: "/", Usage: "folder the exported device paths are relative to"},
 			&cli.IntFlag{Name: "queue-depth", Value: rtrs.DefaultSessQueueDepth, Usage: "chunks per session (sess_queue_depth)"},
 			&cli.StringFlag{Name: "max-chunk-size", Value: "128K", Usage: "chunk `SIZE` (max_chunk_size, a power of two); max I/O is 4K less"},
-			&cli.StringFlag{Name: "backend-io", Value: "sync", Usage: "`MODE` of file and block device I/O: sync (in the connection's thread, one at a time; lowest latency on a fast device) or uring (io_uring, requests overlap on the backend; experimental: a path failing under load can corrupt a block, see rnbd.ServerConfig.AsyncIO)"},
+			&cli.StringFlag{Name: "backend-io", Value: "sync", Usage: "`MODE` of file and block device I/O: sync (in the connection's thread, one at a time; lowest latency on a fast device) or uring (io_uring, requests overlap on the backend)"},
 			&cli.StringSliceFlag{Name: "memory", Usage: "export a device held in memory as `NAME=SIZE` (device_path=NAME; zeros at start, lost at exit; for demos and benchmarks); repeatable"},
 		},
 		Action: runServer,

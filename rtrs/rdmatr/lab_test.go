@@ -82,12 +82,17 @@ type memBackend struct {
 	mem   []byte
 	ios   atomic.Int64
 	paths sync.Map // local address → count
+	// before, if set, runs first for every request (a test's probe).
+	before atomic.Pointer[func(*ServerIO)]
 }
 
 func (m *memBackend) HandleIO(io *ServerIO) {
 	m.ios.Add(1)
 	v, _ := m.paths.LoadOrStore(io.Local.Addr(), new(atomic.Int64))
 	v.(*atomic.Int64).Add(1)
+	if f := m.before.Load(); f != nil {
+		(*f)(io)
+	}
 	if len(io.Usr) != 8 {
 		io.Complete(-22)
 		return
@@ -480,6 +485,12 @@ func (e *labEnv) waitServed(t *testing.T, a netip.Addr, after int64, within time
 // drivers are stopped) and returns its errno.
 func (e *labEnv) submitOne(t *testing.T) int {
 	t.Helper()
+	return e.wait(t, e.submit(t))
+}
+
+// submit sends one write of the first slot's block on queue 0 (whose
+// drivers are stopped); its errno arrives on the channel.
+func (e *labEnv) submit(t *testing.T) <-chan int {
 	got := make(chan int, 1)
 	var usr [8]byte
 	r := &Request{Write: true, Usr: usr[:], Data: e.cl.Region()[:blockSz], Done: func(_ *Request, errno int) { got <- errno }}
@@ -489,6 +500,12 @@ func (e *labEnv) submitOne(t *testing.T) int {
 			got <- -int(syscall.EINVAL)
 		}
 	})
+	return got
+}
+
+// wait returns the errno of a request sent by submit.
+func (e *labEnv) wait(t *testing.T, got <-chan int) int {
+	t.Helper()
 	select {
 	case errno := <-got:
 		return errno
@@ -496,6 +513,76 @@ func (e *labEnv) submitOne(t *testing.T) int {
 		t.Fatalf("request did not end within 30 s; paths %+v", e.cl.Paths())
 	}
 	return 0
+}
+
+// TestLabResendWaitsForStaleRequest holds a write in the server's handler,
+// disconnects its path on the client, and checks that the server serves
+// the client's resend on the other path (same chunk) only once the stale
+// request has finished with the chunk: otherwise the client, answered,
+// would reuse the chunk under the stale request.
+func TestLabResendWaitsForStaleRequest(t *testing.T) {
+	e := startLab(t, 2, 1, 1, 200*time.Millisecond)
+	e.waitOps(t, 20, 20*time.Second)
+	e.stopAndCheck(t)
+
+	release := make(chan struct{})
+	held := make(chan netip.Addr, 1)
+	var calls atomic.Int32
+	var staleDone, resendEarly atomic.Bool
+	probe := func(io *ServerIO) {
+		switch calls.Add(1) {
+		case 1:
+			held <- io.Local.Addr()
+			<-release
+			staleDone.Store(true)
+		default:
+			if !staleDone.Load() {
+				resendEarly.Store(true)
+			}
+		}
+	}
+	e.backend.before.Store(&probe)
+	defer e.backend.before.Store(nil)
+	got := e.submit(t)
+	var stale netip.Addr
+	select {
+	case stale = <-held:
+	case <-time.After(20 * time.Second):
+		close(release)
+		t.Fatal("the write did not reach the server")
+	}
+	idx := 0
+	if stale == srv2 {
+		idx = 1
+	}
+	if err := e.cl.DisconnectPath(idx); err != nil {
+		close(release)
+		t.Fatal(err)
+	}
+	// The client fails the write over at once; give the resend time to
+	// arrive on the other path.
+	failedOver := labtest.WaitFor(10*time.Second, func() bool {
+		var n uint64
+		for _, pi := range e.cl.Paths() {
+			n += pi.Stats.Snapshot().Failovers
+		}
+		return n > 0
+	})
+	time.Sleep(500 * time.Millisecond)
+	early := calls.Load()
+	close(release)
+	if !failedOver {
+		t.Fatalf("the write held on %v was not failed over after path %d was disconnected; paths %+v", stale, idx, e.cl.Paths())
+	}
+	if early != 1 {
+		t.Errorf("the server served the resend while the stale request still held its chunk (%d calls)", early)
+	}
+	if errno := e.wait(t, got); errno != 0 {
+		t.Fatalf("the failed-over write: errno %d", errno)
+	}
+	if n := calls.Load(); n != 2 || resendEarly.Load() {
+		t.Errorf("%d calls (want the stale request and its resend), resend early: %v", n, resendEarly.Load())
+	}
 }
 
 func wantErrno(t *testing.T, what string, err error, want syscall.Errno) {

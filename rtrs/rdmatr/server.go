@@ -91,8 +91,9 @@ type serverSession struct {
 	// Server.mu and read by the IO path without it.
 	name   atomic.Pointer[string]
 	uuid   rtrs.UUID
-	chunks []byte                    // queue_depth × chunk, mmap'd
-	mrs    map[rdma.Context]*rdma.MR // the chunk pool registered on each device (see Server.pds)
+	chunks []byte                     // queue_depth × chunk, mmap'd
+	gate   *rtrs.ChunkGate[*ServerIO] // one request per chunk over all paths (failover)
+	mrs    map[rdma.Context]*rdma.MR  // the chunk pool registered on each device (see Server.pds)
 	paths  map[rtrs.UUID]*serverPath
 }
 
@@ -332,7 +333,8 @@ func (s *Server) onConnectRequest(ev *rdma.Event) {
 			s.reject(id, syscall.ENOMEM)
 			return
 		}
-		ss = &serverSession{s: s, uuid: req.PathsUUID, chunks: mem, mrs: map[rdma.Context]*rdma.MR{}, paths: map[rtrs.UUID]*serverPath{}}
+		ss = &serverSession{s: s, uuid: req.PathsUUID, chunks: mem, gate: rtrs.NewChunkGate[*ServerIO](qd),
+			mrs: map[rdma.Context]*rdma.MR{}, paths: map[rtrs.UUID]*serverPath{}}
 		s.sess[req.PathsUUID] = ss
 	}
 	p := ss.paths[req.SessUUID]
@@ -567,6 +569,14 @@ func (sc *serverConn) pollLoop() {
 				go s.closePath(sc.p)
 				return
 			}
+			select {
+			case <-sc.stop:
+				// The path is closed: the client resends what it had
+				// in flight here on another path, so running requests
+				// still in this batch would only run them twice.
+				return
+			default:
+			}
 			for i := range wcs[:n] {
 				if w := &wcs[i]; !sc.onWC(w) {
 					if !sc.isDead() {
@@ -705,12 +715,22 @@ func (sc *serverConn) onImm(imm uint32) bool {
 	} else {
 		sc.p.stats.RecordRead(0, bytes)
 	}
+	if !sc.p.sess.gate.Enter(int(m.BufID), io) {
+		// The chunk is still in use by the request of a failed path that
+		// this one is the resend of; the stale request's Complete runs
+		// this one.
+		return true
+	}
+	s.serve(io)
+	return true
+}
+
+func (s *Server) serve(io *ServerIO) {
 	if h := s.cfg.Handler; h != nil {
 		h.HandleIO(io)
 	} else {
 		io.Complete(-int(syscall.EIO))
 	}
-	return true
 }
 
 // Complete answers the request: errno is 0 or a negative errno. A
@@ -730,11 +750,17 @@ func (io *ServerIO) Complete(errno int) {
 		off := int(uintptr(unsafe.Pointer(&io.Data[0])) - uintptr(unsafe.Pointer(&p.sess.chunks[0])))
 		data, desc = sc.mr.SGE(off, len(io.Data)), io.desc
 	}
-	// Free the slot before answering: once the answer is out, the client
-	// may reuse the buffer id at once, on another connection whose poller
-	// runs concurrently. The chunk itself stays untouched until the client
-	// has the answer, which travels behind the data on this QP.
+	// Free the chunk and the slot before answering: once the answer is
+	// out, the client may reuse the buffer id at once, on another
+	// connection whose poller runs concurrently. The chunk itself stays
+	// untouched until the client has the answer, which travels behind the
+	// data on this QP; a request waiting at the gate is the resend of this
+	// very request, which puts the same data in the chunk.
+	next, handOff := p.sess.gate.Leave(int(io.bufID))
 	io.busy.Store(false)
+	if handOff {
+		go p.sess.s.serve(next)
+	}
 	sc.mu.Lock()
 	if !sc.dead {
 		if withData {

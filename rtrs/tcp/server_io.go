@@ -36,11 +36,12 @@ type ServerIO struct {
 	// (which path carried it).
 	Local net.Addr
 
-	id    uint32
-	busy  atomic.Bool // from Place to the end of Complete
-	conn  *ServerConn
-	codec rtrs.ImmCodec
-	hdr   [HeaderSize]byte
+	id     uint32
+	busy   atomic.Bool                // from Place to the end of Complete
+	holder atomic.Pointer[ServerConn] // the connection that placed the request holding busy
+	conn   *ServerConn
+	codec  rtrs.ImmCodec
+	hdr    [HeaderSize]byte
 }
 
 // Complete answers the request: errno is 0 or a negative errno. A
@@ -121,27 +122,59 @@ func (s *Server) sessionIO(sess *ServerSession) *sessionIO {
 }
 
 // Place puts an IO_REQ payload into its chunk at the frame's offset, once
-// the chunk's previous request has been answered: a client reuses a chunk
-// only after the answer arrived, so at most the last steps of Complete may
-// still be running.
+// the chunk's previous request has been answered (see waitChunk).
 func (cp *connPlacer) Place(f *Frame) ([]byte, error) {
 	sio := cp.sio
-	busy := &sio.ios[f.Imm.BufID].busy
-	for i := 0; !busy.CompareAndSwap(false, true); i++ {
-		if i == 100000 {
-			return nil, fmt.Errorf("rtrs/tcp server: chunk %d reused while its request is in flight: %w", f.Imm.BufID, rtrs.ErrOutOfRange)
+	io := &sio.ios[f.Imm.BufID]
+	if !io.busy.CompareAndSwap(false, true) {
+		if err := cp.waitChunk(io, f.Imm.BufID); err != nil {
+			return nil, err
 		}
-		runtime.Gosched()
 	}
+	io.holder.Store(cp.conn)
 	cp.placed = int(f.Imm.BufID)
 	base := int(f.Imm.BufID) * sio.chunk
 	return sio.mem[base+int(f.Off) : base+int(f.Off)+int(f.Len)], nil
+}
+
+// chunkWait bounds how long a request waits for the stale request of
+// another connection that holds its chunk.
+const chunkWait = rtrs.ConnectTimeout
+
+// waitChunk takes io's chunk once its request is answered. A client reuses
+// a chunk only after the answer arrived, so a request of the same
+// connection finds at most the last steps of Complete still running: a
+// short wait, and a longer one is the client's error. A request of another
+// connection, though, can be the stale copy of this very request, sent on
+// a path that failed: the client resent it here with the same chunk while
+// the server still runs the stale one. This request must not touch the
+// chunk before the stale one is done with it, however long its backend
+// I/O takes.
+func (cp *connPlacer) waitChunk(io *ServerIO, id uint32) error {
+	var deadline time.Time
+	for i := 0; !io.busy.CompareAndSwap(false, true); i++ {
+		if i < 1000 {
+			runtime.Gosched()
+			continue
+		}
+		if io.holder.Load() == cp.conn {
+			return fmt.Errorf("rtrs/tcp server: chunk %d reused while its request is in flight: %w", id, rtrs.ErrOutOfRange)
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(chunkWait)
+		} else if time.Now().After(deadline) {
+			return fmt.Errorf("rtrs/tcp server: chunk %d still held by a request of another connection after %v: %w", id, chunkWait, syscall.ETIMEDOUT)
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	return nil
 }
 
 // connPlacer places one connection's frames and remembers the chunk of the
 // frame being read, to free it if the frame never completes.
 type connPlacer struct {
 	sio    *sessionIO
+	conn   *ServerConn
 	placed int
 }
 
@@ -166,7 +199,7 @@ func (s *Server) serveIO(c *ServerConn) {
 	sess := p.sess
 	sio := s.sessionIO(sess)
 	dec := NewDecoder(ToServer)
-	cp := &connPlacer{sio: sio, placed: -1}
+	cp := &connPlacer{sio: sio, conn: c, placed: -1}
 	dec.SetSession(s.codec, cp)
 	r := bufio.NewReaderSize(c.nc, 64<<10)
 	idle := s.cfg.HeartbeatInterval * time.Duration(s.cfg.MissedHeartbeats+1)

@@ -808,3 +808,62 @@ func BenchmarkSessionWrite4K(b *testing.B) {
 	go c.Queue(0).Run(d.start)
 	<-d.done
 }
+
+// A request that the server holds on a path the client then disconnects is
+// resent on the other path with the same chunk. The server serves the
+// resend only once the stale request is done with the chunk, and however
+// long that takes, the other path stays up.
+func TestSessionResendWaitsForStaleRequest(t *testing.T) {
+	b := newMemBackend(1 << 20)
+	b.hold = true
+	srv, addrA := startIOServer(t, b, "127.0.0.1:0")
+	addrB := addListener(t, srv)
+	c := dialTest(t, rtrs.RoundRobin, 1, addrA, addrB)
+	waitPathState(t, c, 1, "connected")
+	o := &oneShot{done: make(chan int, 1)}
+	o.r = Request{Write: true, Data: make([]byte, 4096), Usr: o.usr[:], Done: o.onDone}
+	c.Queue(0).Do(func(q *ClientQueue) { q.Submit(&o.r) })
+	var stale string
+	deadline := time.Now().Add(5 * time.Second)
+	for stale == "" {
+		b.mu.Lock()
+		if len(b.held) > 0 {
+			stale = b.held[0].Local.String()
+		}
+		b.mu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatal("the write did not reach the server")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	idx, other := 0, addrB
+	if stale == addrB {
+		idx, other = 1, addrA
+	}
+	if err := c.DisconnectPath(idx); err != nil {
+		t.Fatal(err)
+	}
+	waitPathState(t, c, idx, "disconnected")
+	time.Sleep(300 * time.Millisecond) // the resend arrives and must wait
+	if n := b.count(other); n != 0 {
+		t.Errorf("the resend was served on %s while the stale request held its chunk", other)
+	}
+	if s := c.Paths()[1-idx].State; s != "connected" {
+		t.Errorf("the path of the resend is %s while it waits for the chunk", s)
+	}
+	b.release()
+	select {
+	case errno := <-o.done:
+		if errno != 0 {
+			t.Fatalf("the failed-over write: errno %d", errno)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the failed-over write did not end; paths %v", c.Paths())
+	}
+	if n := b.count(other); n != 1 {
+		t.Errorf("%d requests served on %s, want the resend", n, other)
+	}
+	if s := c.Paths()[1-idx].State; s != "connected" {
+		t.Errorf("the path of the resend is %s", s)
+	}
+}
