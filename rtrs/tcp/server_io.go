@@ -30,7 +30,10 @@ type ServerIO struct {
 	// Usr is the user (RNBD) message.
 	Usr []byte
 	// Data is the written data of a write, or for a read the buffer to fill,
-	// as long as the client asked for.
+	// as long as the client asked for. A read's handler may instead point
+	// Data at memory of its own that holds the answer (no longer than
+	// asked): Complete sends it before it returns, so the memory must
+	// stay unchanged only until then.
 	Data []byte
 	// Local is the server address of the connection the request came on
 	// (which path carried it).
@@ -61,19 +64,36 @@ func (io *ServerIO) Complete(errno int) {
 	h.MarshalTo(io.hdr[:])
 	c := io.conn
 	c.wmu.Lock()
-	c.wbuf = append(append(c.wbuf, io.hdr[:]...), io.Data[:n]...)
-	// The answer is copied: the chunk is free (the client reuses it only
-	// once the answer arrived; Place waits for this store).
-	io.busy.Store(false)
 	err = nil
-	if !c.inLoop || len(c.wbuf) >= flushThreshold {
-		err = c.flushLocked()
+	if n >= zeroCopyMin {
+		// Large read data goes from the chunk to the socket, behind the
+		// answers gathered so far, in one writev. The chunk can be freed
+		// first: the client has the answer only once its last byte was
+		// copied from the chunk into the socket. io itself is not read
+		// after that (a resend of the request may take it).
+		c.hdr = io.hdr
+		c.bufs = append(c.iovArr[:0], c.wbuf, c.hdr[:], io.Data[:n])
+		io.busy.Store(false)
+		_, err = c.bufs.WriteTo(c.nc)
+		c.wbuf = c.wbuf[:0]
+	} else {
+		c.wbuf = append(append(c.wbuf, io.hdr[:]...), io.Data[:n]...)
+		// The answer is copied: the chunk is free (the client reuses it
+		// only once the answer arrived; Place waits for this store).
+		io.busy.Store(false)
+		if !c.inLoop || len(c.wbuf) >= flushThreshold {
+			err = c.flushLocked()
+		}
 	}
 	c.wmu.Unlock()
 	if err != nil {
 		_ = c.nc.Close()
 	}
 }
+
+// zeroCopyMin is the read answer size from which Complete writes the data
+// from the chunk instead of copying it behind the gathered answers.
+const zeroCopyMin = 16 << 10
 
 // flushThreshold is how many answer bytes a connection gathers before it
 // writes them even in the middle of a batch of requests.

@@ -59,9 +59,12 @@ type ServerConn struct {
 	nc     net.Conn
 	cid    uint16
 	path   *ServerPath
-	wmu    sync.Mutex // guards wbuf, inLoop and writes to nc
+	wmu    sync.Mutex // guards wbuf, bufs, inLoop and writes to nc
 	wbuf   []byte     // answers gathered in a batch
 	inLoop bool
+	bufs   net.Buffers // a writev of gathered answers and read data, in iovArr
+	iovArr [3][]byte
+	hdr    [HeaderSize]byte // the answer header in bufs
 }
 
 // CID returns the connection's index in its path.

@@ -556,24 +556,30 @@ func TestSessionAllocatesNothingPerRequest(t *testing.T) {
 	b := newMemBackend(1 << 20)
 	_, addr := startIOServer(t, b, "127.0.0.1:0")
 	c := dialTest(t, rtrs.MinInflight, 1, addr)
-	o := &oneShot{done: make(chan int, 1)}
-	o.r = Request{Data: make([]byte, 4096), Usr: o.usr[:], Done: o.onDone}
 	q := c.Queue(0)
-	submit := func(q *ClientQueue) { q.Submit(&o.r) }
-	round := func() {
-		q.Do(submit)
-		if errno := <-o.done; errno != 0 {
-			t.Fatalf("errno %d", errno)
+	// Reads and writes, small (answers gathered) and large (read data
+	// written from the chunk).
+	for _, size := range []int{4096, 32 << 10} {
+		for _, write := range []bool{false, true} {
+			o := &oneShot{done: make(chan int, 1)}
+			o.r = Request{Write: write, Data: make([]byte, size), Usr: o.usr[:], Done: o.onDone}
+			submit := func(q *ClientQueue) { q.Submit(&o.r) }
+			round := func() {
+				q.Do(submit)
+				if errno := <-o.done; errno != 0 {
+					t.Fatalf("errno %d", errno)
+				}
+			}
+			for i := 0; i < 100; i++ {
+				round()
+			}
+			// Do posts a closure: count what a round costs beyond that.
+			base := testing.AllocsPerRun(200, func() { q.Do(func(*ClientQueue) { o.done <- 0 }); <-o.done })
+			got := testing.AllocsPerRun(200, round)
+			if got-base > 0.05 {
+				t.Errorf("size %d write %v: %.2f allocations per request round trip beyond the harness's %.2f", size, write, got-base, base)
+			}
 		}
-	}
-	for i := 0; i < 100; i++ {
-		round()
-	}
-	// Do posts a closure: count what a round costs beyond that.
-	base := testing.AllocsPerRun(200, func() { q.Do(func(*ClientQueue) { o.done <- 0 }); <-o.done })
-	got := testing.AllocsPerRun(200, round)
-	if got-base > 0.05 {
-		t.Fatalf("%.2f allocations per request round trip beyond the harness's %.2f", got-base, base)
 	}
 }
 
