@@ -42,20 +42,18 @@ func TestChunkGateExclusive(t *testing.T) {
 	var holders [chunks]atomic.Int32
 	var ran atomic.Int64
 	var wg sync.WaitGroup
-	// run holds chunk id for request r, then passes it on as a server's
+	// run holds chunk id for a request, then passes it on as a server's
 	// Complete would, running whoever waited.
-	run := func(id, r int) {
+	run := func(id int) {
 		for {
 			if holders[id].Add(1) != 1 {
 				t.Errorf("chunk %d held twice", id)
 			}
 			ran.Add(1)
 			holders[id].Add(-1)
-			next, ok := g.Leave(id)
-			if !ok {
+			if _, ok := g.Leave(id); !ok {
 				return
 			}
-			r = next
 		}
 	}
 	for w := 0; w < workers; w++ {
@@ -65,7 +63,7 @@ func TestChunkGateExclusive(t *testing.T) {
 			for i := 0; i < rounds; i++ {
 				id := (w + i) % chunks
 				if g.Enter(id, w*rounds+i) {
-					run(id, w*rounds+i)
+					run(id)
 				}
 			}
 		}(w)
