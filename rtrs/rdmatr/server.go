@@ -369,10 +369,6 @@ func (s *Server) onConnectRequest(ev *rdma.Event) {
 	}
 	sc.wg.Add(1)
 	go sc.pollLoop()
-	if req.CID == 0 {
-		s.wg.Add(1)
-		go s.heartbeat(p)
-	}
 }
 
 // sessName returns the session's name, "" before its first INFO_REQ.
@@ -644,6 +640,12 @@ func (sc *serverConn) onInfoReq(n int) bool {
 		return false
 	} else if old == "" {
 		ss.name.Store(&name)
+	}
+	// Heartbeats start now, as the kernel's (process_info_req): before,
+	// one could take the receive the client posted for the INFO_RSP.
+	if !sc.p.up && !sc.p.closed && !s.done {
+		s.wg.Add(1)
+		go s.heartbeat(sc.p)
 	}
 	sc.p.up = true
 	s.mu.Unlock()
