@@ -65,6 +65,9 @@ func (ch *CompChannel) SetNonblock(nonblocking bool) error {
 // with ReqNotify before polling it empty, or later completions give no
 // event. It does not allocate.
 func (ch *CompChannel) GetEvent() (*CQ, error) {
+	if ch.ch == nil {
+		return nil, ErrClosed
+	}
 	var cq *C.struct_ibv_cq
 	var ctx unsafe.Pointer
 	ret, err := C.ibv_get_cq_event(ch.ch, &cq, &ctx)
@@ -161,6 +164,9 @@ func (q *CQ) Channel() *CompChannel { return q.ch }
 // next solicited one if solicitedOnly) makes the completion channel
 // readable. Arm, then poll the CQ empty, to miss no completion.
 func (q *CQ) ReqNotify(solicitedOnly bool) error {
+	if q.cq == nil {
+		return ErrClosed
+	}
 	so := C.int(0)
 	if solicitedOnly {
 		so = 1
@@ -174,7 +180,7 @@ func (q *CQ) ReqNotify(solicitedOnly bool) error {
 // Ack acknowledges n events of this CQ returned by CompChannel.GetEvent
 // (ibv_ack_cq_events); acknowledging several at once is cheaper.
 func (q *CQ) Ack(n int) {
-	if n <= 0 {
+	if n <= 0 || q.cq == nil {
 		return
 	}
 	q.unacked.Add(-int64(n))
@@ -183,10 +189,13 @@ func (q *CQ) Ack(n int) {
 
 // Poll polls up to len(wcs) completions into wcs (ibv_poll_cq) and returns
 // how many it got. The whole batch is polled and converted in C in one cgo
-// call, with no allocation.
+// call, with no allocation. After Destroy it returns ErrClosed.
 func (q *CQ) Poll(wcs []WC) (int, error) {
 	if len(wcs) == 0 {
 		return 0, nil
+	}
+	if q.cq == nil {
+		return 0, ErrClosed
 	}
 	n := C.urnbd_poll_cq(q.cq, q.tmp, pollChunk, (*C.struct_urnbd_wc)(unsafe.Pointer(&wcs[0])), C.int(len(wcs)))
 	if n < 0 {
