@@ -80,8 +80,13 @@ type qconn struct {
 	rb     *rdma.RecvBatch
 	dirty  bool
 	pollOn bool
-	dead   bool
-	reaped bool
+	// polling is set while onPoll handles the connection's completions:
+	// a fail meanwhile (an error completion, a Done callback whose
+	// request fails to post) must not reap it, since releasing the set
+	// lets the path goroutine free the CQ that onPoll still polls.
+	polling bool
+	dead    bool
+	reaped  bool
 }
 
 // User data of the queue's ring entries: kind in bits 56..59, slot below.
@@ -423,19 +428,30 @@ func (q *ClientQueue) flush(qc *qconn) {
 
 // onPoll handles a wake-up of a connection's completion channel: take the
 // events, re-arm the CQ, poll it empty, re-post receives, re-arm the poll.
+// A connection that fails on the way is reaped only at the end, once
+// nothing here touches its CQ or QP.
 func (q *ClientQueue) onPoll(qc *qconn) {
 	qc.pollOn = false
+	if !qc.dead {
+		qc.polling = true
+		q.pollConn(qc)
+		qc.polling = false
+	}
 	if qc.dead {
 		q.reap(qc)
 		return
 	}
+	q.armPoll(qc)
+}
+
+// pollConn is onPoll on a live connection; it stops at the first failure.
+func (q *ClientQueue) pollConn(qc *qconn) {
 	if err := qc.cn.drainEvents(); err != nil {
 		q.fail(qc, "completion channel")
-		q.reap(qc)
 		return
 	}
 	total := 0
-	for {
+	for !qc.dead {
 		n, err := qc.cn.cq.Poll(q.wcs)
 		if err != nil {
 			q.fail(qc, "poll CQ failed")
@@ -452,19 +468,13 @@ func (q *ClientQueue) onPoll(qc *qconn) {
 	if total > 0 {
 		qc.path.stats.RecordPoll(q.id, total)
 	}
-	if qc.dead {
-		q.reap(qc)
+	if qc.dead || qc.rb.Len() == 0 {
 		return
 	}
-	if qc.rb.Len() > 0 {
-		if _, err := qc.rb.Post(qc.cn.qp); err != nil {
-			qc.rb.Reset()
-			q.fail(qc, "post recv failed")
-			q.reap(qc)
-			return
-		}
+	if _, err := qc.rb.Post(qc.cn.qp); err != nil {
+		qc.rb.Reset()
+		q.fail(qc, "post recv failed")
 	}
-	q.armPoll(qc)
 }
 
 func (q *ClientQueue) onWC(qc *qconn, wc *rdma.WC) {
@@ -524,7 +534,7 @@ func (q *ClientQueue) fail(qc *qconn, why string) {
 
 // reap releases a dead connection once the ring no longer polls it.
 func (q *ClientQueue) reap(qc *qconn) {
-	if qc.pollOn || qc.reaped {
+	if qc.pollOn || qc.polling || qc.reaped {
 		return
 	}
 	qc.reaped = true

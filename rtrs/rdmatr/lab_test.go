@@ -862,3 +862,83 @@ func (e *labEnv) finish(t *testing.T) {
 	t.Logf("%d requests, all verified; %d failed over", ops, failovers)
 	e.logStats(t)
 }
+
+// TestLabPathFlapUnderLoad disconnects and reconnects each path in turn,
+// over and over, under verified I/O. Every time, the path's connections
+// flush their receives and in-flight requests, so the queues handle more
+// than a poll batch of error completions, fail the connection in the
+// middle of the batch and give the set back while the path goroutine
+// waits to free it: every request must still end well, on the other path,
+// and (under the race detector) no queue may touch a CQ once it has given
+// its set back.
+func TestLabPathFlapUnderLoad(t *testing.T) {
+	// One queue, busy with many requests: it is the last to give each set
+	// back, and often in the middle of a batch.
+	e := startLab(t, 2, 1, 48, 200*time.Millisecond)
+	e.waitOps(t, 200, 20*time.Second)
+	const rounds = 10
+	t0 := time.Now()
+	for i := range rounds {
+		idx := i % 2
+		if err := e.cl.DisconnectPath(idx); err != nil {
+			t.Fatal(err)
+		}
+		e.waitState(t, idx, "disconnected", 20*time.Second)
+		e.waitOps(t, 100, 20*time.Second)
+		if err := e.cl.ReconnectPath(idx); err != nil {
+			t.Fatal(err)
+		}
+		e.waitState(t, idx, "connected", 30*time.Second)
+		e.waitOps(t, 100, 20*time.Second)
+	}
+	t.Logf("%d disconnects and reconnects in %v", rounds, time.Since(t0).Round(time.Millisecond))
+	e.checkCQs(t)
+	e.finish(t)
+}
+
+// TestLabCloseUnderLoad closes the client while its queues have requests
+// in flight on both paths, a few times: Close must return, every queue's
+// Run must end without error, and every request must end (its Done
+// called), well or with -ENOTCONN.
+func TestLabCloseUnderLoad(t *testing.T) {
+	for i := range 4 {
+		e := startLab(t, 2, 1+i%2, 48/(1+i%2), 200*time.Millisecond)
+		e.waitOps(t, 200, 20*time.Second)
+		t0 := time.Now()
+		closed := make(chan struct{})
+		go func() {
+			e.cl.Close()
+			close(closed)
+		}()
+		select {
+		case <-closed:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("round %d: Close did not return within 30 s; paths %+v", i, e.cl.Paths())
+		}
+		t.Logf("round %d: closed under load in %v, after %d requests", i, time.Since(t0).Round(time.Millisecond), e.ops())
+		for range e.drivers {
+			select {
+			case err := <-e.runErr:
+				if err != nil {
+					t.Errorf("round %d: Run: %v", i, err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("round %d: a queue's Run did not return after Close", i)
+			}
+		}
+		for _, d := range e.drivers {
+			select {
+			case <-d.done:
+			default:
+				t.Errorf("round %d: queue %d: %d request(s) did not end", i, d.q.ID(), d.live)
+			}
+			select {
+			case err := <-d.errs:
+				if !strings.Contains(err.Error(), fmt.Sprintf("errno %d", -int(syscall.ENOTCONN))) {
+					t.Errorf("round %d: %v", i, err)
+				}
+			default:
+			}
+		}
+	}
+}

@@ -97,8 +97,8 @@ ours() {
 	local name=$1
 	shift
 	# -close=false: exit without closing the session; the teardown is not
-	# what is measured, and an rtrs/rdmatr client closed right after a
-	# loaded run has crashed in CQ polling (a race at Close, seen 2026-11-29).
+	# what is measured. (It also dodged a crash at Close, fixed since: a
+	# queue polled a CQ the path goroutine was freeing.)
 	timeout 300 "$bench" -transport rdma -src $CLI_IP -dst $SRV_IP -size 256M -queues 1 -close=false "$@" \
 		>"$raw/rtrsbench_$name.json" 2>"$raw/rtrsbench_$name.err" ||
 		die "rtrsbench $* failed: $(tail -5 "$raw/rtrsbench_$name.err")"
