@@ -134,21 +134,18 @@ func (c *conn) destroy(disconnect bool) {
 	}
 }
 
-// drainEvents takes the pending completion events of the connection's
-// channel, acknowledges them and re-arms the CQ; then poll it empty.
+// drainEvents takes the pending completion event of the connection's
+// channel, acknowledges it and re-arms the CQ; then poll it empty. The
+// channel serves only this CQ, and an armed CQ raises one event until it
+// is armed again, so there is at most one event to take: reading until
+// EAGAIN would cost a second read(2) on every wake-up.
 func (c *conn) drainEvents() error {
-	n := 0
-	for {
-		if _, err := c.cc.GetEvent(); err != nil {
-			if !errors.Is(err, unix.EAGAIN) {
-				return err
-			}
-			break
+	if _, err := c.cc.GetEvent(); err != nil {
+		if !errors.Is(err, unix.EAGAIN) {
+			return err
 		}
-		n++
-	}
-	if n > 0 {
-		c.cq.Ack(n)
+	} else {
+		c.cq.Ack(1)
 	}
 	return c.cq.ReqNotify(false)
 }

@@ -115,10 +115,15 @@ type serverConn struct {
 	c     *conn
 	mr    *rdma.MR // chunk pool MR on this connection's device
 	local netip.AddrPort
-	mu    sync.Mutex // guards sb and dead
+	mu    sync.Mutex // guards sb, dead and polling
 	sb    *rdma.SendBatch
 	rb    *rdma.RecvBatch // poll goroutine only
 	dead  bool
+	// polling is set while the poll goroutine handles a batch of
+	// completions: answers completed meanwhile wait in sb, and the poll
+	// goroutine posts them all with one ibv_post_send after the batch
+	// (rxe's provider makes a syscall per post).
+	polling bool
 	stop  chan struct{}
 	wg    sync.WaitGroup
 }
@@ -413,7 +418,7 @@ func (s *Server) newServerConn(p *serverPath, id *rdma.CMID, cid uint16) (*serve
 		return nil, err
 	}
 	sc := &serverConn{p: p, c: c, mr: mr, local: id.LocalAddr(), stop: make(chan struct{}),
-		sb: rdma.NewSendBatch(4, 2), rb: rdma.NewRecvBatch(c.nrecv, 1)}
+		sb: rdma.NewSendBatch(serverSendBatch, 2), rb: rdma.NewRecvBatch(c.nrecv, 1)}
 	if cid == 0 {
 		// The INFO_REQ lands in the extra area.
 		err := sc.rb.Add(infoRecvID, c.rmr.SGE(c.extraOff(), rtrs.InfoReqSize))
@@ -433,6 +438,14 @@ func (s *Server) newServerConn(p *serverPath, id *rdma.CMID, cid uint16) (*serve
 }
 
 const infoRecvID = 1 << 40
+
+// serverSendBatch is how many work requests a connection gathers before
+// posting: the answers of a whole poll batch (pollBatch completions, up to
+// two work requests each).
+const (
+	pollBatch       = 32
+	serverSendBatch = 2*pollBatch + 4
+)
 
 func (sc *serverConn) free() {
 	sc.c.destroy(false)
@@ -534,6 +547,22 @@ func (sc *serverConn) sendImm(imm uint32) error {
 	return err
 }
 
+// setPolling marks the start or the end of a batch of completions; at the
+// end it posts the answers gathered during the batch.
+func (sc *serverConn) setPolling(on bool) error {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	sc.polling = on
+	if on || sc.dead || sc.sb.Len() == 0 {
+		return nil
+	}
+	if _, err := sc.sb.Post(sc.c.qp); err != nil {
+		sc.sb.Reset()
+		return err
+	}
+	return nil
+}
+
 func (sc *serverConn) isDead() bool {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
@@ -542,7 +571,7 @@ func (sc *serverConn) isDead() bool {
 
 func (sc *serverConn) pollLoop() {
 	defer sc.wg.Done()
-	wcs := make([]rdma.WC, 32)
+	wcs := make([]rdma.WC, pollBatch)
 	s := sc.p.sess.s
 	for {
 		select {
@@ -573,14 +602,21 @@ func (sc *serverConn) pollLoop() {
 				return
 			default:
 			}
+			sc.setPolling(true)
 			for i := range wcs[:n] {
 				if w := &wcs[i]; !sc.onWC(w) {
+					sc.setPolling(false)
 					if !sc.isDead() {
 						s.logf("path %v cid %d: completion %v status %v imm %#x closes the path", sc.local, sc.c.cid, w.Opcode, w.Status, w.Imm)
 					}
 					go s.closePath(sc.p)
 					return
 				}
+			}
+			if err := sc.setPolling(false); err != nil {
+				s.logf("path %v: posting answers: %v", sc.local, err)
+				go s.closePath(sc.p)
+				return
 			}
 			if sc.rb.Len() > 0 {
 				if _, err := sc.rb.Post(sc.c.qp); err != nil {
@@ -765,11 +801,21 @@ func (io *ServerIO) Complete(errno int) {
 	}
 	sc.mu.Lock()
 	if !sc.dead {
-		if withData {
-			sc.sb.Add(rdma.SendWR{Opcode: rdma.WRWrite, RemoteAddr: desc.Addr, RKey: desc.Key}, data)
+		var err error
+		if sc.sb.Cap()-sc.sb.Len() < 2 {
+			_, err = sc.sb.Post(sc.c.qp)
 		}
-		sc.sb.Add(rdma.SendWR{Opcode: rdma.WRWriteWithImm, Flags: rdma.SendSignaled, Imm: imm})
-		if _, err := sc.sb.Post(sc.c.qp); err != nil {
+		if err == nil {
+			if withData {
+				sc.sb.Add(rdma.SendWR{Opcode: rdma.WRWrite, RemoteAddr: desc.Addr, RKey: desc.Key}, data)
+			}
+			sc.sb.Add(rdma.SendWR{Opcode: rdma.WRWriteWithImm, Flags: rdma.SendSignaled, Imm: imm})
+			if !sc.polling {
+				// Not on the poll goroutine's batch: post now.
+				_, err = sc.sb.Post(sc.c.qp)
+			}
+		}
+		if err != nil {
 			sc.sb.Reset()
 			sc.mu.Unlock()
 			p.sess.s.logf("path %v: posting a response: %v", sc.local, err)
