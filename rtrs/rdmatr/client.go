@@ -485,7 +485,7 @@ func (p *clientPath) connect() (_ *pathConns, err error) {
 			qd := pc.params.QueueDepth
 			sendWR, recvWR = 2*qd+2, 2*qd+2
 		}
-		cn, err := newConn(id, pc.pd, uint16(cid), sendWR, recvWR, 0)
+		cn, err := newConn(id, pc.pd, uint16(cid), sendWR, recvWR, 0, cid == 0)
 		if err != nil {
 			id.Destroy()
 			return pc, err

@@ -79,6 +79,7 @@ type qconn struct {
 	sb     *rdma.SendBatch
 	rb     *rdma.RecvBatch
 	dirty  bool
+	sent   int // requests posted, for sigInterval
 	pollOn bool
 	// polling is set while onPoll handles the connection's completions:
 	// a fail meanwhile (an error completion, a Done callback whose
@@ -394,6 +395,10 @@ func (q *ClientQueue) addWR(qc *qconn, r *Request) error {
 	ch := pc.chunks[id]
 	wr := rdma.SendWR{ID: uint64(id), Opcode: rdma.WRWriteWithImm, Imm: imm,
 		RemoteAddr: ch.Addr + uint64(l.WriteOff), RKey: ch.RKey}
+	if qc.sent%sigInterval == 0 {
+		wr.Flags = rdma.SendSignaled
+	}
+	qc.sent++
 	hdr := pc.hdrMR.SGE(id*hs, n)
 	if r.Write && len(r.Data) > 0 {
 		return qc.sb.Add(wr, pc.regionMR.SGE(off, len(r.Data)), hdr)

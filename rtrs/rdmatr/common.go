@@ -36,7 +36,10 @@ type conn struct {
 // newConn creates the verbs resources of a connection on id in pd: a CQ
 // for sendWR+recvWR completions on its own channel, the QP, and a receive
 // buffer of recvWR slots followed by extra bytes (for INFO messages).
-func newConn(id *rdma.CMID, pd *rdma.PD, cid uint16, sendWR, recvWR, extra int) (_ *conn, err error) {
+//
+// With signalAll every send work request makes a completion; otherwise
+// only those posted with rdma.SendSignaled do (see sigInterval).
+func newConn(id *rdma.CMID, pd *rdma.PD, cid uint16, sendWR, recvWR, extra int, signalAll bool) (_ *conn, err error) {
 	c := &conn{id: id, cid: cid, nrecv: recvWR}
 	defer func() {
 		if err != nil {
@@ -60,7 +63,7 @@ func newConn(id *rdma.CMID, pd *rdma.PD, cid uint16, sendWR, recvWR, extra int) 
 	if c.cq, err = ctx.NewCQ(sendWR+recvWR, c.cc, 0); err != nil {
 		return nil, err
 	}
-	if c.qp, err = id.CreateQP(pd, rdma.QPAttr{SendCQ: c.cq, RecvCQ: c.cq, SignalAll: true,
+	if c.qp, err = id.CreateQP(pd, rdma.QPAttr{SendCQ: c.cq, RecvCQ: c.cq, SignalAll: signalAll,
 		Cap: rdma.QPCap{MaxSendWR: uint32(sendWR), MaxRecvWR: uint32(recvWR), MaxSendSGE: 2, MaxRecvSGE: 1}}); err != nil {
 		return nil, err
 	}
@@ -76,6 +79,15 @@ func newConn(id *rdma.CMID, pd *rdma.PD, cid uint16, sendWR, recvWR, extra int) 
 	}
 	return c, nil
 }
+
+// sigInterval: on IO connections only every sigInterval-th request (client)
+// or answer (server) is posted signaled, as the kernel's RTRS does with its
+// signal_interval: a completion for every send would wake the peer's
+// poller once for the ACK of each request and once more for its answer.
+// The unsignaled ones in between are retired by the next signaled one;
+// the send queues have room for a queue depth of requests plus more than
+// sigInterval. Errors make a completion whether signaled or not.
+const sigInterval = 16
 
 // recvSGE returns the SGE of receive slot i.
 func (c *conn) recvSGE(i int) rdma.SGE { return c.rmr.SGE(i*recvSlot, recvSlot) }

@@ -119,6 +119,7 @@ type serverConn struct {
 	sb    *rdma.SendBatch
 	rb    *rdma.RecvBatch // poll goroutine only
 	dead  bool
+	sent  int // answers posted, for sigInterval
 	// polling is set while the poll goroutine handles a batch of
 	// completions: answers completed meanwhile wait in sb, and the poll
 	// goroutine posts them all with one ibv_post_send after the batch
@@ -413,7 +414,7 @@ func (s *Server) newServerConn(p *serverPath, id *rdma.CMID, cid uint16) (*serve
 		nrecv = max(qd, rtrs.ServiceConQueueDepth) + 1
 	}
 	extra := rtrs.InfoReqSize + rtrs.InfoRspHdrSize + rtrs.SGDescSize
-	c, err := newConn(id, pd, cid, 3*qd+2, nrecv, extra)
+	c, err := newConn(id, pd, cid, 3*qd+2, nrecv, extra, false)
 	if err != nil {
 		return nil, err
 	}
@@ -809,7 +810,12 @@ func (io *ServerIO) Complete(errno int) {
 			if withData {
 				sc.sb.Add(rdma.SendWR{Opcode: rdma.WRWrite, RemoteAddr: desc.Addr, RKey: desc.Key}, data)
 			}
-			sc.sb.Add(rdma.SendWR{Opcode: rdma.WRWriteWithImm, Flags: rdma.SendSignaled, Imm: imm})
+			var flags rdma.SendFlags
+			if sc.sent%sigInterval == 0 {
+				flags = rdma.SendSignaled
+			}
+			sc.sent++
+			sc.sb.Add(rdma.SendWR{Opcode: rdma.WRWriteWithImm, Flags: flags, Imm: imm})
 			if !sc.polling {
 				// Not on the poll goroutine's batch: post now.
 				_, err = sc.sb.Post(sc.c.qp)
