@@ -79,7 +79,7 @@ type qconn struct {
 	sb     *rdma.SendBatch
 	rb     *rdma.RecvBatch
 	dirty  bool
-	sent   int // requests posted, for sigInterval
+	sent   int // requests posted, for signalInterval
 	pollOn bool
 	// polling is set while onPoll handles the connection's completions:
 	// a fail meanwhile (an error completion, a Done callback whose
@@ -395,7 +395,7 @@ func (q *ClientQueue) addWR(qc *qconn, r *Request) error {
 	ch := pc.chunks[id]
 	wr := rdma.SendWR{ID: uint64(id), Opcode: rdma.WRWriteWithImm, Imm: imm,
 		RemoteAddr: ch.Addr + uint64(l.WriteOff), RKey: ch.RKey}
-	if qc.sent%sigInterval == 0 {
+	if qc.sent%signalInterval(p.QueueDepth) == 0 {
 		wr.Flags = rdma.SendSignaled
 	}
 	qc.sent++

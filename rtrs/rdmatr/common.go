@@ -38,7 +38,7 @@ type conn struct {
 // buffer of recvWR slots followed by extra bytes (for INFO messages).
 //
 // With signalAll every send work request makes a completion; otherwise
-// only those posted with rdma.SendSignaled do (see sigInterval).
+// only those posted with rdma.SendSignaled do (see signalInterval).
 func newConn(id *rdma.CMID, pd *rdma.PD, cid uint16, sendWR, recvWR, extra int, signalAll bool) (_ *conn, err error) {
 	c := &conn{id: id, cid: cid, nrecv: recvWR}
 	defer func() {
@@ -80,14 +80,15 @@ func newConn(id *rdma.CMID, pd *rdma.PD, cid uint16, sendWR, recvWR, extra int, 
 	return c, nil
 }
 
-// sigInterval: on IO connections only every sigInterval-th request (client)
-// or answer (server) is posted signaled, as the kernel's RTRS does with its
-// signal_interval: a completion for every send would wake the peer's
-// poller once for the ACK of each request and once more for its answer.
-// The unsignaled ones in between are retired by the next signaled one;
-// the send queues have room for a queue depth of requests plus more than
-// sigInterval. Errors make a completion whether signaled or not.
-const sigInterval = 16
+// signalInterval says how often IO connections post a send signaled: only
+// every n-th request (client) or answer (server), as the kernel's RTRS does
+// with its signal_interval, since a completion for every send would wake
+// the peer's poller once for the ACK of each request and once more for its
+// answer. The unsignaled ones in between are retired by the next signaled
+// one, so the send queue must hold a queue depth of requests (two work
+// requests each, on the server) plus n more: n is at most 16 and half the
+// queue depth. Errors make a completion whether signaled or not.
+func signalInterval(queueDepth int) int { return max(1, min(16, queueDepth/2)) }
 
 // recvSGE returns the SGE of receive slot i.
 func (c *conn) recvSGE(i int) rdma.SGE { return c.rmr.SGE(i*recvSlot, recvSlot) }

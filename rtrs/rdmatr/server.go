@@ -119,14 +119,14 @@ type serverConn struct {
 	sb    *rdma.SendBatch
 	rb    *rdma.RecvBatch // poll goroutine only
 	dead  bool
-	sent  int // answers posted, for sigInterval
+	sent  int // answers posted, for signalInterval
 	// polling is set while the poll goroutine handles a batch of
 	// completions: answers completed meanwhile wait in sb, and the poll
 	// goroutine posts them all with one ibv_post_send after the batch
 	// (rxe's provider makes a syscall per post).
 	polling bool
-	stop  chan struct{}
-	wg    sync.WaitGroup
+	stop    chan struct{}
+	wg      sync.WaitGroup
 }
 
 // NewServer checks cfg (as the kernel checks its module parameters) and
@@ -811,7 +811,7 @@ func (io *ServerIO) Complete(errno int) {
 				sc.sb.Add(rdma.SendWR{Opcode: rdma.WRWrite, RemoteAddr: desc.Addr, RKey: desc.Key}, data)
 			}
 			var flags rdma.SendFlags
-			if sc.sent%sigInterval == 0 {
+			if sc.sent%signalInterval(p.sess.s.cfg.QueueDepth) == 0 {
 				flags = rdma.SendSignaled
 			}
 			sc.sent++
