@@ -4,11 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/urnbd/urnbd/rdma"
 	"github.com/urnbd/urnbd/rtrs"
@@ -570,23 +573,100 @@ func (sc *serverConn) isDead() bool {
 	return sc.dead
 }
 
+// eventWaiter waits for the completion channel's event through the Go
+// runtime's netpoller (a dup of the channel's non-blocking fd): a poller
+// parks without holding a thread or a P while its connection is idle,
+// where a blocking poll(2) kept a P in a system call that sysmon had to
+// retake every 10ms (and kept sysmon polling every 20µs). nil means
+// fall back to poll(2).
+type eventWaiter struct {
+	f  *os.File
+	rc syscall.RawConn
+}
+
+func newEventWaiter(fd int, stop <-chan struct{}) *eventWaiter {
+	nfd, err := unix.Dup(fd)
+	if err != nil {
+		return nil
+	}
+	f := os.NewFile(uintptr(nfd), "rdma-comp-channel")
+	if f == nil {
+		unix.Close(nfd)
+		return nil
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil
+	}
+	if err := f.SetReadDeadline(time.Time{}); err != nil {
+		f.Close() // not pollable
+		return nil
+	}
+	go func() {
+		<-stop
+		f.SetReadDeadline(time.Now()) // wakes the poller
+	}()
+	return &eventWaiter{f: f, rc: rc}
+}
+
+// wait takes the channel's event, parking until there is one; false when
+// woken by stop (or when the channel failed: then err is set).
+func (w *eventWaiter) wait(c *conn) (ok bool, err error) {
+	rerr := w.rc.Read(func(uintptr) bool {
+		if _, e := c.cc.GetEvent(); e != nil {
+			if errors.Is(e, unix.EAGAIN) {
+				return false // park until readable
+			}
+			err = e
+			return true
+		}
+		c.cq.Ack(1)
+		ok = true
+		return true
+	})
+	if rerr != nil && !errors.Is(rerr, os.ErrDeadlineExceeded) {
+		err = rerr
+	}
+	if err != nil || rerr != nil {
+		return false, err
+	}
+	return ok, c.cq.ReqNotify(false)
+}
+
 func (sc *serverConn) pollLoop() {
 	defer sc.wg.Done()
 	wcs := make([]rdma.WC, pollBatch)
 	s := sc.p.sess.s
+	w := newEventWaiter(sc.c.cc.Fd(), sc.stop)
+	if w != nil {
+		defer w.f.Close()
+	}
 	for {
 		select {
 		case <-sc.stop:
 			return
 		default:
 		}
-		if !waitFd(sc.c.cc.Fd(), 100*time.Millisecond) {
-			continue
-		}
-		if err := sc.c.drainEvents(); err != nil {
-			s.logf("path %v cid %d: %v", sc.local, sc.c.cid, err)
-			go s.closePath(sc.p)
-			return
+		if w != nil {
+			ok, err := w.wait(sc.c)
+			if err != nil {
+				s.logf("path %v cid %d: %v", sc.local, sc.c.cid, err)
+				go s.closePath(sc.p)
+				return
+			}
+			if !ok {
+				continue
+			}
+		} else {
+			if !waitFd(sc.c.cc.Fd(), 100*time.Millisecond) {
+				continue
+			}
+			if err := sc.c.drainEvents(); err != nil {
+				s.logf("path %v cid %d: %v", sc.local, sc.c.cid, err)
+				go s.closePath(sc.p)
+				return
+			}
 		}
 		for {
 			n, err := sc.c.cq.Poll(wcs)
