@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -164,11 +165,58 @@ func (c *conn) drainEvents() error {
 }
 
 // waitFd waits until fd is readable or d passes; it reports readability.
+// It waits in the Go netpoller (on a dup of fd) rather than in poll(2):
+// a goroutine blocked in a system call for more than 10ms has its P
+// retaken by sysmon, which then polls every 20µs again; with the
+// service and CM loops waiting 10-100ms at a time, sysmon never backed
+// off (about a third of the daemon's and the server's CPU in the lab).
 func waitFd(fd int, d time.Duration) bool {
+	if ok, done := waitFdNetpoll(fd, d); done {
+		return ok
+	}
 	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
 	ms := max(int(d/time.Millisecond), 0)
 	n, err := unix.Poll(fds, ms)
 	return err == nil && n > 0
+}
+
+func readable(fd int) bool {
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, 0)
+	return err == nil && n > 0
+}
+
+// waitFdNetpoll is waitFd through the netpoller; done is false if fd
+// cannot be polled that way.
+func waitFdNetpoll(fd int, d time.Duration) (ok, done bool) {
+	if readable(fd) {
+		return true, true
+	}
+	if d <= 0 {
+		return false, true
+	}
+	nfd, err := unix.Dup(fd)
+	if err != nil {
+		return false, false
+	}
+	if err := unix.SetNonblock(nfd, true); err != nil {
+		unix.Close(nfd)
+		return false, false
+	}
+	f := os.NewFile(uintptr(nfd), "waitfd")
+	defer f.Close()
+	if f.SetReadDeadline(time.Now().Add(d)) != nil {
+		return false, false // not pollable
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return false, false
+	}
+	rc.Read(func(uintptr) bool {
+		ok = readable(fd)
+		return ok
+	})
+	return ok, true
 }
 
 // waitCM waits for the next CM event on ch (non-blocking channel) within d
