@@ -337,24 +337,7 @@ func TestLabStatsRDMA(t *testing.T) {
 	if runtime.NumCPU() != 2 {
 		t.Skip("written for the lab's 2 CPUs")
 	}
-	dir := imageDir(t, 128<<20)
-	srv := exec.Command(c.bin, "server", "--listen", "rdma://192.0.2.2:1250", "--listen", "rdma://198.51.100.2:1250", "--dev-search-path", dir)
-	srv.Env = append(os.Environ(), "URNBD_RUN_DIR="+c.runDir)
-	srv.Stderr = os.Stderr
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Process.Signal(syscall.SIGTERM); srv.Wait() })
-	var dev string
-	if !labtest.WaitFor(10e9, func() bool {
-		out, err := c.run("map", "sessname=cpus", "transport=rdma", "dest_port=1250", "path=ip:192.0.2.1@ip:192.0.2.2",
-			"path=ip:198.51.100.1@ip:198.51.100.2", "device_path=a.img")
-		dev = out
-		return err == nil
-	}) {
-		t.Fatalf("map over RDMA: %s", dev)
-	}
-	t.Cleanup(func() { c.run("unmap", "--force", dev) })
+	dev := c.mapOverTwoRDMAPaths(t, "cpus", 1250)
 
 	c.statsJSON(true)
 	ios := pinnedFio(t, dev, "randread", "8M", 0) + pinnedFio(t, dev, "randwrite", "4M", 0)
@@ -535,6 +518,31 @@ func TestLabFlushAndFUAReachTheBackend(t *testing.T) {
 	}
 }
 
+// mapOverTwoRDMAPaths starts a server on both lab RDMA paths at port,
+// exporting a 128 MiB image, and maps it in session sess over both.
+func (c *labCLI) mapOverTwoRDMAPaths(t *testing.T, sess string, port int) (dev string) {
+	t.Helper()
+	dir := imageDir(t, 128<<20)
+	p := strconv.Itoa(port)
+	srv := exec.Command(c.bin, "server", "--listen", "rdma://192.0.2.2:"+p, "--listen", "rdma://198.51.100.2:"+p, "--dev-search-path", dir)
+	srv.Env = append(os.Environ(), "URNBD_RUN_DIR="+c.runDir)
+	srv.Stderr = os.Stderr
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Process.Signal(syscall.SIGTERM); srv.Wait() })
+	if !labtest.WaitFor(10e9, func() bool {
+		out, err := c.run("map", "sessname="+sess, "transport=rdma", "dest_port="+p, "path=ip:192.0.2.1@ip:192.0.2.2",
+			"path=ip:198.51.100.1@ip:198.51.100.2", "device_path=a.img")
+		dev = out
+		return err == nil
+	}) {
+		t.Fatalf("map over RDMA: %s", dev)
+	}
+	t.Cleanup(func() { c.run("unmap", "--force", dev) })
+	return dev
+}
+
 // TestLabRDMAPathFlapUnderFio disconnects and reconnects each RDMA path of
 // a mapped device in turn, a few times, under fio verify: the client
 // daemon must live through it (a queue once polled the CQ of a path the
@@ -547,24 +555,7 @@ func TestLabRDMAPathFlapUnderFio(t *testing.T) {
 	}
 	c := newLabCLI(t)
 	provisionRDMA(t)
-	dir := imageDir(t, 128<<20)
-	srv := exec.Command(c.bin, "server", "--listen", "rdma://192.0.2.2:1251", "--listen", "rdma://198.51.100.2:1251", "--dev-search-path", dir)
-	srv.Env = append(os.Environ(), "URNBD_RUN_DIR="+c.runDir)
-	srv.Stderr = os.Stderr
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Process.Signal(syscall.SIGTERM); srv.Wait() })
-	var dev string
-	if !labtest.WaitFor(10e9, func() bool {
-		out, err := c.run("map", "sessname=flap", "transport=rdma", "dest_port=1251", "path=ip:192.0.2.1@ip:192.0.2.2",
-			"path=ip:198.51.100.1@ip:198.51.100.2", "device_path=a.img")
-		dev = out
-		return err == nil
-	}) {
-		t.Fatalf("map over RDMA: %s", dev)
-	}
-	t.Cleanup(func() { c.run("unmap", "--force", dev) })
+	dev := c.mapOverTwoRDMAPaths(t, "flap", 1251)
 	c.must("session", "set", "mp-policy", "flap", "round-robin")
 
 	// fio verify, again and again, until the paths are done flapping.
