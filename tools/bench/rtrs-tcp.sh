@@ -28,3 +28,8 @@ for w in "randread 4k" "randwrite 4k" "read 128k"; do
   theirs=$(fio_iops "$1" "$2")
   printf '%-16s %12s %12s %7.2fx\n' "$1 $2" "$ours" "$theirs" "$(python3 -c "print($ours/$theirs)")"
 done | tee .cache/bench/rtrs-tcp.txt
+# The loopback ceiling of a 128 KiB read whatever the protocol (copy into
+# the socket and out of it, nothing else): what 128k IOPS cannot exceed.
+ns=$("$GO" test -run '^$' -bench 'LoopbackCeiling128K' -benchtime "${runtime}s" ./rtrs/tcp | awk '/^BenchmarkLoopbackCeiling128K/ {print $3}')
+theirs=$(awk '$1 == "read" && $2 == "128k" {print $4}' .cache/bench/rtrs-tcp.txt)
+python3 -c "import sys; ns=float(sys.argv[1]); t=float(sys.argv[2]); c=1e9/ns; print(f'loopback ceiling, 128k messages/s: {c:.0f} = {c/t:.2f}x nbdkit')" "$ns" "$theirs" | tee -a .cache/bench/rtrs-tcp.txt
