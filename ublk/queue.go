@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/urnbd/urnbd/internal/procs"
 	"github.com/urnbd/urnbd/uring"
 )
 
@@ -135,6 +136,7 @@ func (q *Queue) setup(target Target) error {
 // is aborted (the device was stopped or deleted).
 func (q *Queue) run(target Target, ready chan<- error) {
 	runtime.LockOSThread()
+	defer procs.AddBlockingThread()() // the loop sleeps in io_uring_enter holding a P
 	// The thread stays locked: it exits with the goroutine rather than
 	// going back to the scheduler with a narrowed CPU affinity.
 	if q.cpus.Count() > 0 {
