@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/urnbd/urnbd/internal/procs"
 	"github.com/urnbd/urnbd/uring"
 )
 
@@ -132,7 +133,8 @@ func (ir *ioRing) kick() {
 // what the backend answered, and sleeps in the ring when there is
 // neither.
 func (ir *ioRing) work() {
-	runtime.LockOSThread() // task work runs on the submitting thread
+	runtime.LockOSThread()            // task work runs on the submitting thread
+	defer procs.AddBlockingThread()() // it sleeps in io_uring_enter holding a P
 	defer close(ir.done)
 	batch := make([]uint32, 0, ioRingEntries)
 	pollArmed := false

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/urnbd/urnbd/internal/procs"
 	"github.com/urnbd/urnbd/rtrs"
 	"github.com/urnbd/urnbd/uring"
 )
@@ -136,6 +137,7 @@ func (q *ClientQueue) ID() int { return q.id }
 func (q *ClientQueue) Run(start func(q *ClientQueue)) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	defer procs.AddBlockingThread()() // the loop sleeps in io_uring_enter holding a P
 	ring, err := uring.New(256, uring.SetupSingleIssuer|uring.SetupDeferTaskrun|uring.SetupCoopTaskrun)
 	if err != nil {
 		ring, err = uring.New(256, 0)
