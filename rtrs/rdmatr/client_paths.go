@@ -37,13 +37,8 @@ func (c *Client) AddPath(a PathAddr) (int, error) {
 	if c.closed.Load() {
 		return 0, fmt.Errorf("rtrs/rdmatr client: add path %v: %w", a, net.ErrClosed)
 	}
-	for _, p := range c.paths {
-		if p.addr == a && p.state.Load() != PathStateRemoved {
-			return 0, fmt.Errorf("rtrs/rdmatr client: path %v exists: %w", a, syscall.EEXIST)
-		}
-	}
-	if len(c.paths) >= rtrs.MaxPathsNum {
-		return 0, fmt.Errorf("rtrs/rdmatr client: %d paths already: %w", len(c.paths), syscall.ENOMEM)
+	if err := rtrs.CheckAddPath(a, len(c.paths), c.livePath); err != nil {
+		return 0, fmt.Errorf("rtrs/rdmatr client: %w", err)
 	}
 	p, err := c.newPath(len(c.paths), a)
 	if err != nil {
@@ -53,6 +48,13 @@ func (c *Client) AddPath(a PathAddr) (int, error) {
 	c.wg.Add(1) // under c.mu, so Close (which takes it) waits for this path too
 	go p.run()
 	return p.idx, nil
+}
+
+// livePath returns path i's address and whether it is not removed; c.mu
+// is held.
+func (c *Client) livePath(i int) (PathAddr, bool) {
+	p := c.paths[i]
+	return p.addr, p.state.Load() != PathStateRemoved
 }
 
 // RemovePath disconnects path idx and removes it from the session; its

@@ -209,12 +209,17 @@ func (c *Client) abort(err error) error {
 }
 
 func (c *Client) newPath(idx int, a PathAddr) *clientPath {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.newPathLocked(idx, a)
+}
+
+// newPathLocked is newPath with c.mu held.
+func (c *Client) newPathLocked(idx int, a PathAddr) *clientPath {
 	p := &clientPath{c: c, idx: idx, addr: a, sessUUID: newUUID(), kick: make(chan pathCmd, 1)}
 	p.state.Store(PathStateConnecting)
 	p.stats = rtrs.NewClientPathStats(c.cfg.Queues)
-	c.mu.Lock()
 	c.paths = append(c.paths, p)
-	c.mu.Unlock()
 	return p
 }
 
@@ -279,22 +284,19 @@ func (c *Client) path(idx int) (*clientPath, error) {
 // background; it returns the path's index.
 func (c *Client) AddPath(a PathAddr) (int, error) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.closed {
-		c.mu.Unlock()
 		return 0, net.ErrClosed
 	}
-	for _, p := range c.paths {
-		if p.addr == a && p.state.Load() != PathStateRemoved {
-			c.mu.Unlock()
-			return 0, fmt.Errorf("rtrs/tcp client: path %s exists: %w", a, syscall.EEXIST)
-		}
+	// Checked and added under c.mu: two AddPaths at once get distinct
+	// indexes, and Close waits for the new path too.
+	if err := rtrs.CheckAddPath(a, len(c.paths), func(i int) (PathAddr, bool) {
+		p := c.paths[i]
+		return p.addr, p.state.Load() != PathStateRemoved
+	}); err != nil {
+		return 0, fmt.Errorf("rtrs/tcp client: %w", err)
 	}
-	if len(c.paths) >= rtrs.MaxPathsNum {
-		c.mu.Unlock()
-		return 0, fmt.Errorf("rtrs/tcp client: %d paths already: %w", len(c.paths), syscall.ENOMEM)
-	}
-	c.mu.Unlock()
-	p := c.newPath(len(c.paths), a)
+	p := c.newPathLocked(len(c.paths), a)
 	c.wg.Add(1)
 	go p.run(nil)
 	return p.idx, nil

@@ -873,3 +873,41 @@ func TestSessionResendWaitsForStaleRequest(t *testing.T) {
 		t.Errorf("the path of the resend is %s", s)
 	}
 }
+
+// Paths added at once get indexes of their own, and adding one the session
+// has at the same time as it is added gives EEXIST once.
+func TestSessionAddPathConcurrently(t *testing.T) {
+	b := newMemBackend(1 << 20)
+	srv, addrA := startIOServer(t, b, "127.0.0.1:0")
+	c := dialTest(t, rtrs.RoundRobin, 1, addrA)
+	addrs := []string{addListener(t, srv), addListener(t, srv), addListener(t, srv)}
+	type result struct {
+		idx int
+		err error
+	}
+	results := make(chan result, 2*len(addrs))
+	for _, a := range append(addrs, addrs...) {
+		go func(a string) {
+			idx, err := c.AddPath(PathAddr{Dst: a})
+			results <- result{idx, err}
+		}(a)
+	}
+	seen := map[int]bool{}
+	exists := 0
+	for range 2 * len(addrs) {
+		r := <-results
+		switch {
+		case errors.Is(r.err, syscall.EEXIST):
+			exists++
+		case r.err != nil:
+			t.Errorf("AddPath: %v", r.err)
+		case seen[r.idx] || r.idx < 1 || r.idx > len(addrs):
+			t.Errorf("AddPath gave index %d twice or out of 1..%d", r.idx, len(addrs))
+		default:
+			seen[r.idx] = true
+		}
+	}
+	if exists != len(addrs) || len(c.Paths()) != 1+len(addrs) {
+		t.Errorf("%d EEXIST (want %d), %d paths (want %d)", exists, len(addrs), len(c.Paths()), 1+len(addrs))
+	}
+}
