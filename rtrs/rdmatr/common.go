@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -164,19 +165,68 @@ func (c *conn) drainEvents() error {
 	return c.cq.ReqNotify(false)
 }
 
+// netpollFd watches a non-blocking fd through Go's netpoller, on a dup of
+// it: a goroutine waiting on it parks without holding a thread or a P. A
+// goroutine blocked in poll(2) instead holds its P in a system call, which
+// sysmon retakes after 10ms and then polls every 20µs again; with the
+// service, CM and server loops waiting 10-100ms at a time, sysmon never
+// backed off.
+type netpollFd struct {
+	f  *os.File
+	rc syscall.RawConn
+}
+
+// newNetpollFd registers a dup of fd (made non-blocking, as is the fd:
+// they share the flag) with the netpoller.
+func newNetpollFd(fd int) (*netpollFd, error) {
+	nfd, err := unix.Dup(fd)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.SetNonblock(nfd, true); err != nil {
+		unix.Close(nfd)
+		return nil, err
+	}
+	f := os.NewFile(uintptr(nfd), "rdma-event-fd")
+	if err := f.SetReadDeadline(time.Time{}); err != nil {
+		f.Close()
+		return nil, err // not pollable
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &netpollFd{f: f, rc: rc}, nil
+}
+
+// wait calls try until it returns true, parking while the fd is not
+// readable. It returns os.ErrDeadlineExceeded once the deadline set with
+// f.SetReadDeadline passes.
+func (w *netpollFd) wait(try func() bool) error {
+	return w.rc.Read(func(uintptr) bool { return try() })
+}
+
+func (w *netpollFd) close() { w.f.Close() }
+
 // waitFd waits until fd is readable or d passes; it reports readability.
-// It waits in the Go netpoller (on a dup of fd) rather than in poll(2):
-// a goroutine blocked in a system call for more than 10ms has its P
-// retaken by sysmon, which then polls every 20µs again; with the
-// service and CM loops waiting 10-100ms at a time, sysmon never backed
-// off (about a third of the daemon's and the server's CPU in the lab).
+// It waits in the netpoller (netpollFd), or in poll(2) if fd cannot be
+// polled that way.
 func waitFd(fd int, d time.Duration) bool {
-	if ok, done := waitFdNetpoll(fd, d); done {
-		return ok
+	if readable(fd) {
+		return true
+	}
+	if d <= 0 {
+		return false
+	}
+	if w, err := newNetpollFd(fd); err == nil {
+		defer w.close()
+		if w.f.SetReadDeadline(time.Now().Add(d)) == nil {
+			return w.wait(func() bool { return readable(fd) }) == nil
+		}
 	}
 	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-	ms := max(int(d/time.Millisecond), 0)
-	n, err := unix.Poll(fds, ms)
+	n, err := unix.Poll(fds, max(int(d/time.Millisecond), 0))
 	return err == nil && n > 0
 }
 
@@ -184,39 +234,6 @@ func readable(fd int) bool {
 	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
 	n, err := unix.Poll(fds, 0)
 	return err == nil && n > 0
-}
-
-// waitFdNetpoll is waitFd through the netpoller; done is false if fd
-// cannot be polled that way.
-func waitFdNetpoll(fd int, d time.Duration) (ok, done bool) {
-	if readable(fd) {
-		return true, true
-	}
-	if d <= 0 {
-		return false, true
-	}
-	nfd, err := unix.Dup(fd)
-	if err != nil {
-		return false, false
-	}
-	if err := unix.SetNonblock(nfd, true); err != nil {
-		unix.Close(nfd)
-		return false, false
-	}
-	f := os.NewFile(uintptr(nfd), "waitfd")
-	defer f.Close()
-	if f.SetReadDeadline(time.Now().Add(d)) != nil {
-		return false, false // not pollable
-	}
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return false, false
-	}
-	rc.Read(func(uintptr) bool {
-		ok = readable(fd)
-		return ok
-	})
-	return ok, true
 }
 
 // waitCM waits for the next CM event on ch (non-blocking channel) within d

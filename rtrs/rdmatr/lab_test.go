@@ -411,11 +411,7 @@ func TestLabFailoverReconnect(t *testing.T) {
 	}
 	time.Sleep(time.Second)
 	ops := e.stopAndCheck(t)
-	var failovers uint64
-	for _, pi := range e.cl.Paths() {
-		failovers += pi.Stats.Snapshot().Failovers
-	}
-	t.Logf("%d requests in total, %d failed over; server paths: %d", ops, failovers, e.srv.PathCount())
+	t.Logf("%d requests in total, %d failed over; server paths: %d", ops, e.failovers(), e.srv.PathCount())
 	e.backend.paths.Range(func(k, v any) bool {
 		t.Logf("server address %v served %d requests", k, v.(*atomic.Int64).Load())
 		return true
@@ -561,13 +557,7 @@ func TestLabResendWaitsForStaleRequest(t *testing.T) {
 	}
 	// The client fails the write over at once; give the resend time to
 	// arrive on the other path.
-	failedOver := labtest.WaitFor(10*time.Second, func() bool {
-		var n uint64
-		for _, pi := range e.cl.Paths() {
-			n += pi.Stats.Snapshot().Failovers
-		}
-		return n > 0
-	})
+	failedOver := labtest.WaitFor(10*time.Second, func() bool { return e.failovers() > 0 })
 	time.Sleep(500 * time.Millisecond)
 	early := calls.Load()
 	close(release)
@@ -679,13 +669,7 @@ func TestLabPathManagement(t *testing.T) {
 	}
 	e.waitState(t, idx, "connected", 30*time.Second)
 
-	ops := e.stopAndCheck(t)
-	var failovers uint64
-	for _, pi := range e.cl.Paths() {
-		failovers += pi.Stats.Snapshot().Failovers
-	}
-	t.Logf("%d requests, all verified; %d failed over", ops, failovers)
-	e.logStats(t)
+	e.finish(t)
 
 	// A request with a path to go to succeeds; with every path
 	// disconnected it fails instead of waiting forever.
@@ -850,16 +834,21 @@ func (e *labEnv) takeDown(t *testing.T, down ...string) (restore func()) {
 	return restore
 }
 
+// failovers returns the requests failed over, over all paths.
+func (e *labEnv) failovers() uint64 {
+	var n uint64
+	for _, pi := range e.cl.Paths() {
+		n += pi.Stats.Snapshot().Failovers
+	}
+	return n
+}
+
 // finish stops the I/O, checks that every request ended well and every
 // read matched, and logs the failovers.
 func (e *labEnv) finish(t *testing.T) {
 	t.Helper()
 	ops := e.stopAndCheck(t)
-	var failovers uint64
-	for _, pi := range e.cl.Paths() {
-		failovers += pi.Stats.Snapshot().Failovers
-	}
-	t.Logf("%d requests, all verified; %d failed over", ops, failovers)
+	t.Logf("%d requests, all verified; %d failed over", ops, e.failovers())
 	e.logStats(t)
 }
 

@@ -573,47 +573,12 @@ func (sc *serverConn) isDead() bool {
 	return sc.dead
 }
 
-// eventWaiter waits for the completion channel's event through the Go
-// runtime's netpoller (a dup of the channel's non-blocking fd): a poller
-// parks without holding a thread or a P while its connection is idle,
-// where a blocking poll(2) kept a P in a system call that sysmon had to
-// retake every 10ms (and kept sysmon polling every 20µs). nil means
-// fall back to poll(2).
-type eventWaiter struct {
-	f  *os.File
-	rc syscall.RawConn
-}
-
-func newEventWaiter(fd int, stop <-chan struct{}) *eventWaiter {
-	nfd, err := unix.Dup(fd)
-	if err != nil {
-		return nil
-	}
-	f := os.NewFile(uintptr(nfd), "rdma-comp-channel")
-	if f == nil {
-		unix.Close(nfd)
-		return nil
-	}
-	rc, err := f.SyscallConn()
-	if err != nil {
-		f.Close()
-		return nil
-	}
-	if err := f.SetReadDeadline(time.Time{}); err != nil {
-		f.Close() // not pollable
-		return nil
-	}
-	go func() {
-		<-stop
-		f.SetReadDeadline(time.Now()) // wakes the poller
-	}()
-	return &eventWaiter{f: f, rc: rc}
-}
-
-// wait takes the channel's event, parking until there is one; false when
-// woken by stop (or when the channel failed: then err is set).
-func (w *eventWaiter) wait(c *conn) (ok bool, err error) {
-	rerr := w.rc.Read(func(uintptr) bool {
+// waitEvent takes the completion channel's event, parking in the
+// netpoller until there is one, and re-arms the CQ; false when woken by
+// the path's stop (or when the channel failed: then err is set).
+func (sc *serverConn) waitEvent(w *netpollFd) (ok bool, err error) {
+	c := sc.c
+	rerr := w.wait(func() bool {
 		if _, e := c.cc.GetEvent(); e != nil {
 			if errors.Is(e, unix.EAGAIN) {
 				return false // park until readable
@@ -628,19 +593,25 @@ func (w *eventWaiter) wait(c *conn) (ok bool, err error) {
 	if rerr != nil && !errors.Is(rerr, os.ErrDeadlineExceeded) {
 		err = rerr
 	}
-	if err != nil || rerr != nil {
+	if err != nil || !ok {
 		return false, err
 	}
-	return ok, c.cq.ReqNotify(false)
+	return true, c.cq.ReqNotify(false)
 }
 
 func (sc *serverConn) pollLoop() {
 	defer sc.wg.Done()
 	wcs := make([]rdma.WC, pollBatch)
 	s := sc.p.sess.s
-	w := newEventWaiter(sc.c.cc.Fd(), sc.stop)
-	if w != nil {
-		defer w.f.Close()
+	// The poller parks in the netpoller (or polls with a timeout if the
+	// channel cannot be polled that way); stop wakes it.
+	w, werr := newNetpollFd(sc.c.cc.Fd())
+	if werr == nil {
+		defer w.close()
+		go func() {
+			<-sc.stop
+			w.f.SetReadDeadline(time.Now())
+		}()
 	}
 	for {
 		select {
@@ -648,8 +619,8 @@ func (sc *serverConn) pollLoop() {
 			return
 		default:
 		}
-		if w != nil {
-			ok, err := w.wait(sc.c)
+		if werr == nil {
+			ok, err := sc.waitEvent(w)
 			if err != nil {
 				s.logf("path %v cid %d: %v", sc.local, sc.c.cid, err)
 				go s.closePath(sc.p)

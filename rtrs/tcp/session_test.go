@@ -681,19 +681,26 @@ func TestSessionPathManagement(t *testing.T) {
 	}
 }
 
-// A path gives up after max_reconnect_attempts failed reconnects.
-func TestSessionMaxReconnectAttempts(t *testing.T) {
-	b := newMemBackend(1 << 20)
-	_, addr := startIOServer(t, b, "127.0.0.1:0")
+// dialThroughProxy connects a one-queue client to a memory server through
+// a proxy that the test can kill, with max_reconnect_attempts maxRecon.
+func dialThroughProxy(t *testing.T, maxRecon int) (*Client, *proxy) {
+	t.Helper()
+	_, addr := startIOServer(t, newMemBackend(1<<20), "127.0.0.1:0")
 	p := startProxy(t, addr)
-	cfg := ClientConfig{SessName: "test", Queues: 1, Paths: []PathAddr{{Dst: p.addr()}}, MaxReconnectAttempts: 3,
+	cfg := ClientConfig{SessName: "test", Queues: 1, Paths: []PathAddr{{Dst: p.addr()}}, MaxReconnectAttempts: maxRecon,
 		ReconnectDelay: 20 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond, Timeout: time.Second}
 	c, err := DialClient(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	go c.Queue(0).Run(nil)
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
+	return c, p
+}
+
+// A path gives up after max_reconnect_attempts failed reconnects.
+func TestSessionMaxReconnectAttempts(t *testing.T) {
+	c, p := dialThroughProxy(t, 3)
 	p.kill()
 	waitPathState(t, c, 0, "disconnected")
 	if got := string(c.Paths()[0].Stats.AppendReconnects(nil)); got != "0 3\n" {
@@ -715,17 +722,7 @@ func TestSessionMaxReconnectAttempts(t *testing.T) {
 
 // max_reconnect_attempts changed at run time applies to the next failure.
 func TestSessionSetMaxReconnectAttempts(t *testing.T) {
-	b := newMemBackend(1 << 20)
-	_, addr := startIOServer(t, b, "127.0.0.1:0")
-	p := startProxy(t, addr)
-	cfg := ClientConfig{SessName: "test", Queues: 1, Paths: []PathAddr{{Dst: p.addr()}}, MaxReconnectAttempts: -1,
-		ReconnectDelay: 20 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond, Timeout: time.Second}
-	c, err := DialClient(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go c.Queue(0).Run(nil)
-	defer c.Close()
+	c, p := dialThroughProxy(t, -1)
 	for _, bad := range []int{-2, 10000} {
 		if err := c.SetMaxReconnectAttempts(bad); !errors.Is(err, syscall.EINVAL) {
 			t.Errorf("SetMaxReconnectAttempts(%d) = %v, want EINVAL", bad, err)
