@@ -173,6 +173,24 @@ func (b *BlockLatency) Histogram(dev uint64) (*Histogram, error) {
 	return h, nil
 }
 
+// Missed returns how many runs of the issue and completion programs the
+// kernel skipped since loading, because another run of the same program
+// was already under way on that CPU (a completion in an interrupt on top
+// of one in a softirq, say). Each skip loses one request from the
+// histograms, so a caller comparing counts with I/O it did must allow for
+// it. The figure covers all devices and is not cleared by Reset.
+func (b *BlockLatency) Missed() (uint64, error) {
+	var n uint64
+	for _, p := range []*ebpf.Program{b.objs.UrnbdRqIssue, b.objs.UrnbdRqDone} {
+		st, err := p.Stats()
+		if err != nil {
+			return 0, fmt.Errorf("read stats of %s: %w", p, err)
+		}
+		n += st.RecursionMisses
+	}
+	return n, nil
+}
+
 // Reset clears the histograms of all devices.
 func (b *BlockLatency) Reset() error {
 	return errors.Join(clearMap(b.objs.UrnbdBlkUs), clearMap(b.objs.UrnbdBlkMs), clearMap(b.objs.UrnbdBlkSum))

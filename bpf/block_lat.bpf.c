@@ -184,8 +184,11 @@ int BPF_PROG(urnbd_rq_done, struct request *rq, int error, unsigned int nr_bytes
 	hkey.dev = skey.dev = start->dev;
 	hkey.dir = skey.dir = start->dir;
 	bpf_map_delete_elem(&urnbd_blk_infl, &key);
+	/* Issue and completion can run on different CPUs, whose clocks may
+	 * disagree by a little in a VM: a request that completed "before" it
+	 * was issued still completed, and is counted as taking no time. */
 	if ((__s64)ns < 0)
-		return 0;
+		ns = 0;
 
 	hkey.bucket = bit_len(ns / 1000);
 	if (hkey.bucket > BLK_US_BUCKETS - 1)

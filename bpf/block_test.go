@@ -144,8 +144,15 @@ func TestBlockLatencyCounts(t *testing.T) {
 	// The device may merge adjacent requests, and other processes may do
 	// I/O on it too: at least one request per direction, and the reads,
 	// not merged by O_DIRECT's synchronous one-at-a-time submission, all.
-	if got := h1.Count[Read] - h0.Count[Read]; got < n {
-		t.Errorf("reads counted: %d, want >= %d", got, n)
+	missed, err := b.Missed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if missed > 0 {
+		t.Logf("the kernel skipped %d program runs (recursion)", missed)
+	}
+	if got := h1.Count[Read] - h0.Count[Read]; got+missed < n {
+		t.Errorf("reads counted: %d, with %d runs skipped by the kernel; want >= %d", got, missed, n)
 	}
 	if got := h1.Count[Write] - h0.Count[Write]; got < 1 {
 		t.Errorf("writes counted: %d, want >= 1", got)
