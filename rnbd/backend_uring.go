@@ -139,7 +139,9 @@ func (ir *ioRing) work() {
 	batch := make([]uint32, 0, ioRingEntries)
 	pollArmed := false
 	var buf [8]byte
+	var y procs.Yielder
 	for {
+		y.Tick()
 		ir.mu.Lock()
 		batch = append(batch[:0], ir.queued...)
 		ir.queued = ir.queued[:0]

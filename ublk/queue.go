@@ -158,7 +158,9 @@ func (q *Queue) run(target Target, ready chan<- error) {
 }
 
 func (q *Queue) loop() error {
+	var y procs.Yielder
 	for q.live > 0 {
+		y.Tick()
 		if _, err := q.ring.SubmitAndWait(1); err != nil {
 			return fmt.Errorf("queue %d: %w", q.id, err)
 		}

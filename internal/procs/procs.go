@@ -1,6 +1,9 @@
-// Package procs gives the Go scheduler one more P for each OS thread that
-// is locked to an event loop and spends most of its time blocked in a
-// system call (io_uring_enter waiting for completions).
+// Package procs adapts the Go scheduler to OS threads that are locked to
+// an event loop and spend most of their time blocked in a system call
+// (io_uring_enter waiting for completions): AddBlockingThread gives the
+// scheduler one more P for each, and a Yielder lets each be scheduled now
+// and then, so that the runtime does not take it for a goroutine that has
+// run too long.
 //
 // Such a thread keeps its P while it sleeps in the kernel. When every P is
 // held that way (GOMAXPROCS=2 with two queue threads), the process's other

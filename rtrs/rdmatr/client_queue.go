@@ -169,7 +169,9 @@ func (q *ClientQueue) Run(start func(q *ClientQueue)) error {
 	if start != nil {
 		start(q)
 	}
+	var y procs.Yielder
 	for !q.reqs.Closed() || q.busy() {
+		y.Tick()
 		q.Flush()
 		if _, err := ring.SubmitAndWait(1); err != nil && !errors.Is(err, unix.EINTR) {
 			return fmt.Errorf("rtrs/rdmatr client queue %d: %w", q.id, err)

@@ -69,8 +69,14 @@ type qconn struct {
 	iov    [64]unix.Iovec
 	dirty  bool // queued in q.dirty, to be flushed
 	recvOn bool // a RECV is in the ring
-	pollOn bool // a POLLOUT is in the ring
-	dead   bool
+	direct bool // that RECV reads into the payload of a frame, not rbuf
+	large  bool // the last frame had a large payload: see armRecv
+	// failOver: the connection failed while a direct RECV was in the ring;
+	// its requests fail over when that RECV ends, not before, or the
+	// kernel could still copy stale data into a buffer already reused.
+	failOver bool
+	pollOn   bool // a POLLOUT is in the ring
+	dead     bool
 }
 
 // User data of the queue's ring entries: kind in bits 56..59, slot below.
@@ -150,7 +156,9 @@ func (q *ClientQueue) Run(start func(q *ClientQueue)) error {
 	if start != nil {
 		start(q)
 	}
-	for !q.reqs.Closed() {
+	var y procs.Yielder
+	for !q.reqs.Closed() || q.failingOver() {
+		y.Tick()
 		q.Flush()
 		if _, err := ring.SubmitAndWait(1); err != nil {
 			return fmt.Errorf("rtrs/tcp client queue %d: %w", q.id, err)
@@ -175,7 +183,8 @@ func (q *ClientQueue) Attach(ring *uring.Ring, base uint64) {
 		if qc == nil {
 			continue
 		}
-		qc.recvOn, qc.pollOn = false, false
+		qc.recvOn, qc.pollOn, qc.direct = false, false, false
+		q.endFailOver(qc)
 		if qc.dead {
 			q.reap(qc)
 			continue
@@ -289,9 +298,25 @@ func (q *ClientQueue) attachConn(p *clientPath, fd int) {
 
 func (q *ClientQueue) armRecv(qc *qconn) {
 	qc.recvOn = true
+	buf := qc.rbuf
+	qc.direct = false
+	tail := qc.dec.PayloadTail()
+	if len(tail) >= directRecvMin {
+		buf, qc.direct = tail, true
+	} else if len(tail) == 0 && qc.large {
+		// Large answers come in a row: read little beyond the next
+		// header, and the rest of its payload straight into place.
+		buf = qc.rbuf[:directRecvMin/4]
+	}
 	s := q.sqe()
-	s.PrepRead(int32(qc.fd), unsafe.Pointer(&qc.rbuf[0]), uint32(len(qc.rbuf)), ^uint64(0), q.udBase|udRecv|uint64(qc.slot))
+	s.PrepRead(int32(qc.fd), unsafe.Pointer(&buf[0]), uint32(len(buf)), ^uint64(0), q.udBase|udRecv|uint64(qc.slot))
 }
+
+// directRecvMin is the least payload still to come that is read straight
+// into its buffer rather than into rbuf and copied: large read answers
+// then cross memory once instead of twice. Smaller rests are not worth
+// the extra RECV.
+const directRecvMin = 16 << 10
 
 // Usable implements rtrs.PathLoad for the policy: the path is up and this
 // queue has its connection.
@@ -415,8 +440,10 @@ func (q *ClientQueue) onRecv(qc *qconn, res int32) {
 	if qc == nil {
 		return
 	}
-	qc.recvOn = false
+	direct := qc.direct
+	qc.recvOn, qc.direct = false, false
 	if qc.dead {
+		q.endFailOver(qc)
 		q.reap(qc)
 		return
 	}
@@ -428,9 +455,25 @@ func (q *ClientQueue) onRecv(qc *qconn, res int32) {
 		q.fail(qc)
 		return
 	}
-	b := qc.rbuf[:res]
 	frames := 0
 	defer func() { qc.path.stats.RecordPoll(q.id, frames) }()
+	if direct {
+		f, err := qc.dec.Filled(int(res))
+		if err != nil {
+			q.fail(qc)
+			return
+		}
+		if f != nil {
+			frames++
+			qc.large = true
+			if !q.onFrame(qc, f) {
+				return
+			}
+		}
+		q.armRecv(qc)
+		return
+	}
+	b := qc.rbuf[:res]
 	for len(b) > 0 {
 		n, f, err := qc.dec.Feed(b)
 		b = b[n:]
@@ -442,21 +485,31 @@ func (q *ClientQueue) onRecv(qc *qconn, res int32) {
 			break
 		}
 		frames++
-		if f.Imm.Type != rtrs.ImmIORsp {
-			continue // heartbeats are the service connection's business
-		}
-		r, via := q.reqs.InFlight(f.Imm.BufID)
-		if r == nil || via != qc {
-			q.fail(qc) // an answer to nothing we sent here
+		qc.large = len(f.Payload) >= directRecvMin
+		if !q.onFrame(qc, f) {
 			return
 		}
-		errno := f.Imm.Errno
-		if errno == 0 && !r.Write && int(f.Len) != len(r.Data) {
-			errno = -int(syscall.EIO)
-		}
-		q.reqs.Complete(r, errno, qc.path.stats)
 	}
 	q.armRecv(qc)
+}
+
+// onFrame completes the request that frame f answers. It returns false if
+// the frame was bad and failed the connection.
+func (q *ClientQueue) onFrame(qc *qconn, f *Frame) bool {
+	if f.Imm.Type != rtrs.ImmIORsp {
+		return true // heartbeats are the service connection's business
+	}
+	r, via := q.reqs.InFlight(f.Imm.BufID)
+	if r == nil || via != qc {
+		q.fail(qc) // an answer to nothing we sent here
+		return false
+	}
+	errno := f.Imm.Errno
+	if errno == 0 && !r.Write && int(f.Len) != len(r.Data) {
+		errno = -int(syscall.EIO)
+	}
+	q.reqs.Complete(r, errno, qc.path.stats)
+	return true
 }
 
 // Place implements Placer: a read's data goes straight into its buffer.
@@ -479,8 +532,32 @@ func (q *ClientQueue) fail(qc *qconn) {
 	unix.Shutdown(qc.fd, unix.SHUT_RDWR)
 	qc.path.report(cmdFailed)
 	qc.sendq.Clear()
-	q.reqs.FailOver(qc, qc.slot, qc.path.stats)
+	if qc.recvOn && qc.direct {
+		qc.failOver = true // when the RECV ends: see qconn.failOver
+	} else {
+		q.reqs.FailOver(qc, qc.slot, qc.path.stats)
+	}
 	q.reap(qc)
+}
+
+// failingOver reports whether a connection waits for its direct RECV to
+// end before its requests fail over (and, once closed, fail).
+func (q *ClientQueue) failingOver() bool {
+	for _, qc := range q.slots {
+		if qc != nil && qc.failOver {
+			return true
+		}
+	}
+	return false
+}
+
+// endFailOver fails over a dead connection's requests if fail postponed it
+// until its direct RECV ended.
+func (q *ClientQueue) endFailOver(qc *qconn) {
+	if qc.failOver {
+		qc.failOver = false
+		q.reqs.FailOver(qc, qc.slot, qc.path.stats)
+	}
 }
 
 // reap closes a dead connection once the ring no longer refers to it.

@@ -103,6 +103,33 @@ func (d *Decoder) Feed(p []byte) (n int, f *Frame, err error) {
 	return n, d.finish(), nil
 }
 
+// PayloadTail returns the part of the current frame's payload that has not
+// arrived yet, or nil between frames and inside a header. A caller that
+// reads the stream itself may read the next bytes straight into it, saving
+// a copy of large payloads, and then report them with Filled.
+func (d *Decoder) PayloadTail() []byte {
+	if d.err != nil || !d.inPay {
+		return nil
+	}
+	return d.f.Payload[d.npay:]
+}
+
+// Filled records that n bytes of the stream were read into PayloadTail.
+// It returns the frame if that completed it, else nil.
+func (d *Decoder) Filled(n int) (*Frame, error) {
+	if d.err != nil {
+		return nil, d.err
+	}
+	if !d.inPay || n < 0 || n > len(d.f.Payload)-d.npay {
+		return nil, d.fail(fmt.Errorf("rtrs/tcp: %d bytes filled into a payload tail of %d", n, len(d.PayloadTail())))
+	}
+	d.npay += n
+	if d.npay < len(d.f.Payload) {
+		return nil, nil
+	}
+	return d.finish(), nil
+}
+
 // Pending reports whether a frame has been started but not completed.
 func (d *Decoder) Pending() bool { return d.nhdr > 0 || d.inPay }
 

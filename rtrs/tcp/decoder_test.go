@@ -11,14 +11,25 @@ import (
 )
 
 // feedAll feeds stream to d in pieces of the sizes given by split (cycled)
-// and returns the frames (copied) and the first error.
-func feedAll(d *Decoder, stream []byte, split func() int) ([]frame, error) {
+// and returns the frames (copied) and the first error. With direct, the
+// bytes of a started payload go straight into PayloadTail, as a reader
+// that receives into the payload's buffer would put them, and Filled
+// accounts for them.
+func feedAll(d *Decoder, stream []byte, split func() int, direct bool) ([]frame, error) {
 	var out []frame
 	for len(stream) > 0 {
 		k := min(split(), len(stream))
 		p := stream[:k]
 		for len(p) > 0 {
-			n, f, err := d.Feed(p)
+			var n int
+			var f *Frame
+			var err error
+			if tail := d.PayloadTail(); direct && len(tail) > 0 {
+				n = copy(tail, p)
+				f, err = d.Filled(n)
+			} else {
+				n, f, err = d.Feed(p)
+			}
 			if err != nil {
 				return out, err
 			}
@@ -51,15 +62,17 @@ func TestDecoderSplits(t *testing.T) {
 	for _, f := range frames {
 		stream = append(stream, f.bytes(t)...)
 	}
-	for _, size := range []int{1, 2, 3, 7, 11, 12, 13, 100, len(stream)} {
-		got, err := feedAll(serverDecoder(t), stream, func() int { return size })
-		mustNoErr(t, err)
-		if len(got) != len(frames) {
-			t.Fatalf("split %d: %d frames, want %d", size, len(got), len(frames))
-		}
-		for i := range got {
-			if got[i].h != frames[i].h || !bytes.Equal(got[i].p, frames[i].p) {
-				t.Fatalf("split %d frame %d: %+v, want %+v", size, i, got[i].h, frames[i].h)
+	for _, direct := range []bool{false, true} {
+		for _, size := range []int{1, 2, 3, 7, 11, 12, 13, 100, len(stream)} {
+			got, err := feedAll(serverDecoder(t), stream, func() int { return size }, direct)
+			mustNoErr(t, err)
+			if len(got) != len(frames) {
+				t.Fatalf("split %d, direct %v: %d frames, want %d", size, direct, len(got), len(frames))
+			}
+			for i := range got {
+				if got[i].h != frames[i].h || !bytes.Equal(got[i].p, frames[i].p) {
+					t.Fatalf("split %d, direct %v, frame %d: %+v, want %+v", size, direct, i, got[i].h, frames[i].h)
+				}
 			}
 		}
 	}
@@ -169,7 +182,7 @@ func TestDecoderTruncated(t *testing.T) {
 	c := testCodec(t)
 	stream := writeFrame(t, c, 1, make([]byte, 100), nil).bytes(t)
 	for cut := 1; cut < len(stream); cut++ {
-		_, err := feedAll(serverDecoder(t), stream[:cut], func() int { return 7 })
+		_, err := feedAll(serverDecoder(t), stream[:cut], func() int { return 7 }, cut%2 == 0)
 		wantErr(t, err, rtrs.ErrTruncated)
 		_, err = serverDecoder(t).ReadFrame(bytes.NewReader(stream[:cut]))
 		wantErr(t, err, rtrs.ErrTruncated)
@@ -233,7 +246,7 @@ func FuzzFrameDecoder(f *testing.F) {
 			return d
 		}
 		rng := rand.New(rand.NewPCG(seed, seed>>32))
-		got, ferr := feedAll(mk(), data, func() int { return 1 + rng.IntN(64) })
+		got, ferr := feedAll(mk(), data, func() int { return 1 + rng.IntN(64) }, seed&2 != 0)
 		for _, fr := range got {
 			if int(fr.h.Len) != len(fr.p) {
 				t.Fatalf("frame %+v with %d payload bytes", fr.h, len(fr.p))
@@ -265,4 +278,30 @@ func FuzzFrameDecoder(f *testing.F) {
 			t.Fatalf("Feed error %v, ReadFrame error %v", ferr, rerr)
 		}
 	})
+}
+
+// Filled refuses more bytes than the payload lacks, and outside a payload.
+func TestDecoderFilledBounds(t *testing.T) {
+	c := testCodec(t)
+	stream := writeFrame(t, c, 1, bytes.Repeat([]byte{1}, 100), []byte("usr")).bytes(t)
+	d := serverDecoder(t)
+	if _, err := d.Filled(1); err == nil {
+		t.Fatal("Filled before any header: no error")
+	}
+	d = serverDecoder(t)
+	n, f, err := d.Feed(stream[:HeaderSize+10])
+	mustNoErr(t, err)
+	if f != nil || n != HeaderSize+10 {
+		t.Fatalf("Feed of a partial frame: %d bytes, frame %v", n, f)
+	}
+	tail := d.PayloadTail()
+	if want := len(stream) - HeaderSize - 10; len(tail) != want {
+		t.Fatalf("tail of %d bytes, want %d", len(tail), want)
+	}
+	if _, err := d.Filled(len(tail) + 1); err == nil {
+		t.Fatal("Filled beyond the payload: no error")
+	}
+	if _, _, err := d.Feed(stream); err == nil {
+		t.Fatal("the decoder went on after a bad Filled")
+	}
 }

@@ -385,7 +385,7 @@ func TestSessionFailoverWhenPathDies(t *testing.T) {
 	addrB := addListener(t, srv)
 	pa, pb := startProxy(t, addrA), startProxy(t, addrB)
 	c := dialTest(t, rtrs.RoundRobin, 2, pa.addr(), pb.addr())
-	vs := runVerifiers(c, 16, 16<<10, 200)
+	vs := runVerifiers(c, 16, 48<<10, 200) // large: answers are received straight into their buffers
 	// Let I/O run on both paths, then kill path A for good.
 	deadline := time.Now().Add(10 * time.Second)
 	for vs[0].ops.Load() < 200 && time.Now().Before(deadline) {

@@ -1,0 +1,42 @@
+package procs
+
+import (
+	"testing"
+	"time"
+)
+
+func TestYielderCadence(t *testing.T) {
+	n := 0
+	gosched = func() { n++ }
+	defer func() { gosched = runtimeGosched }()
+	var y Yielder
+	start := time.Now()
+	ticks := 0
+	for time.Since(start) < 50*time.Millisecond {
+		y.Tick()
+		ticks++
+		time.Sleep(100 * time.Microsecond)
+	}
+	elapsed := time.Since(start)
+	// One yield at the first clock check, then one per yieldEvery; sleeps
+	// may overshoot, so fewer is fine, but never none and never more.
+	most := int(elapsed/yieldEvery) + 1
+	if n < 2 || n > most {
+		t.Errorf("%d yields in %v (%d ticks), want 2..%d", n, elapsed, ticks, most)
+	}
+}
+
+func TestYielderNotEveryTick(t *testing.T) {
+	n := 0
+	gosched = func() { n++ }
+	defer func() { gosched = runtimeGosched }()
+	var y Yielder
+	for range 100000 {
+		y.Tick()
+	}
+	// A tight loop takes far less than yieldEvery per 100k ticks on any
+	// machine this runs on; allow for a slow one.
+	if n < 1 || n > 20 {
+		t.Errorf("%d yields in 100000 fast ticks, want 1..20", n)
+	}
+}
