@@ -80,14 +80,17 @@
 // multipath policy picks a path, and the frame is queued; Flush writes the
 // frames queued during a round of completions with one writev per
 // connection. Answers are read by an io_uring read into a per-connection
-// buffer; read data is placed straight into the request's buffer, and Done
-// runs on the queue's thread. Without a permit or a usable path a request
+// buffer and read data is copied into the request's buffer, except that
+// the rest of a large payload (16 KiB or more still to come) is read by
+// the kernel straight into the request's buffer; Done runs on the queue's
+// thread. Without a permit or a usable path a request
 // waits in its queue (a queue that returns a permit wakes queues waiting
 // for one), so a slow server pushes back on the submitters instead of
 // having requests buffered without bound.
 //
 // When a connection fails (read or write error, end of stream, or a path
-// failed by missed heartbeats or by the user), its requests are sent again,
+// failed by missed heartbeats or by the user), its requests are sent again
+// (once a read into a request's buffer still in the ring has ended),
 // with the same chunk index, on another usable path; with none left they
 // wait for a reconnect, and fail with -ENOTCONN once no path may come back
 // (max_reconnect_attempts exhausted, or all paths removed or
