@@ -762,11 +762,11 @@ func TestLabLinkDown(t *testing.T) {
 // client-side veth down: every request must complete, on path 2, and none
 // may reach path 1's server address. Then the lab is restored.
 //
-// It runs only with URNBD_LAB_VETH_DOWN=1 (tools/lab/tests/go-tests.sh
-// sets it for a run of its own after all other lab tests), because of the
-// lab kernel (6.12, rxe): the connection manager's messages that go out while the
-// veth pair is down (the disconnect requests of the failed path's
-// connections) fail to send, and rxe moves the GSI QP (QP1) of both ends,
+// It runs only with URNBD_LAB_VETH_DOWN=1 (tools/lab/tests/veth-down.sh
+// sets it, in a lab boot of its own), because of the lab kernel (6.12,
+// rxe): the connection manager's messages that go out while the veth pair
+// is down (the disconnect requests of the failed path's connections) fail
+// to send, and rxe moves the GSI QP (QP1) of both ends,
 // rxe0 and rxe1, to the error state for good (rdma resource show qp:
 // "lqpn 1 type GSI state ERR"). No RDMA CM connection gets through the
 // pair again, not even between fresh rping processes, until both rxe
@@ -776,7 +776,7 @@ func TestLabLinkDown(t *testing.T) {
 // when it does not).
 func TestLabVethDown(t *testing.T) {
 	if os.Getenv("URNBD_LAB_VETH_DOWN") != "1" {
-		t.Skip("set URNBD_LAB_VETH_DOWN=1: it leaves the lab's path 1 unusable for later tests (see the comment); tools/lab/tests/go-tests.sh runs it last")
+		t.Skip("set URNBD_LAB_VETH_DOWN=1: it leaves the lab's path 1 unusable for later tests (see the comment); tools/lab/tests/veth-down.sh runs it in a lab boot of its own")
 	}
 	needLab(t)
 	labtest.NeedCommand(t, "ip")

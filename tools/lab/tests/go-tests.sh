@@ -16,16 +16,4 @@ while read -r test dir; do
     failed=$((failed + 1))
   fi
 done <"$bin/tests.txt"
-# Last, as it leaves the lab's path 1 unusable (see TestLabVethDown): path
-# failure by "ip link set veth0 down" under verified I/O.
-veth=$(awk '$2 == "rtrs/rdmatr" {print $1}' "$bin/tests.txt")
-if [[ -n $veth ]]; then
-  echo "--- $veth (rtrs/rdmatr): TestLabVethDown"
-  if ! (cd "$root/rtrs/rdmatr" && URNBD_LAB_VETH_DOWN=1 "$bin/$veth" -test.v -test.count=1 -test.timeout=5m -test.run '^TestLabVethDown$'); then
-    failed=$((failed + 1))
-  fi
-else
-  echo "go-tests: no rtrs/rdmatr test binary for TestLabVethDown" >&2
-  failed=$((failed + 1))
-fi
 ((failed == 0))
