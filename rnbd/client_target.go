@@ -92,4 +92,4 @@ func (q *queue) OnCompletion(ud uint64, res int32, flags uint32) {
 }
 
 func (q *queue) Flush()       { q.rq.flush() }
-func (q *queue) Close() error { return nil }
+func (q *queue) Close() error { q.rq.detach(); return nil }

@@ -60,6 +60,9 @@ type transportQueue interface {
 	submit(tag uint16, write bool, usr, data []byte) error
 	handleCQE(cqe *uring.CQE)
 	flush()
+	// detach is called when the ublk queue stops driving the queue; its
+	// ring is closed next.
+	detach()
 }
 
 // PathStatus describes one RTRS path of a session.

@@ -143,3 +143,4 @@ func (rq *rdmaQueue) submit(tag uint16, write bool, usr, data []byte) error {
 func (rq *rdmaQueue) onDone(r *rdmatr.Request, errno int) { rq.done(uint16(r.Tag), errno) }
 func (rq *rdmaQueue) handleCQE(cqe *uring.CQE)            { rq.q.HandleCQE(cqe) }
 func (rq *rdmaQueue) flush()                              { rq.q.Flush() }
+func (rq *rdmaQueue) detach()                             { rq.q.Detach() }

@@ -99,3 +99,8 @@ func (tq *tcpQueue) submit(tag uint16, write bool, usr, data []byte) error {
 func (tq *tcpQueue) onDone(r *tcp.Request, errno int) { tq.done(uint16(r.Tag), errno) }
 func (tq *tcpQueue) handleCQE(cqe *uring.CQE)         { tq.q.HandleCQE(cqe) }
 func (tq *tcpQueue) flush()                           { tq.q.Flush() }
+
+// detach has nothing to do: an RTRS/TCP path does not wait for its queues
+// when it goes down; an undriven queue closes its sockets when it is
+// driven again.
+func (tq *tcpQueue) detach() {}

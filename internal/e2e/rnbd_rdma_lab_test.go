@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -56,10 +58,16 @@ func TestLabRNBDOverRDMATwoPaths(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	var leaked atomic.Bool
 	c, err := rnbd.DialRDMA(ctx, rdmatr.ClientConfig{SessName: "e2e-rdma", Queues: 2, Policy: rtrs.RoundRobin,
 		Paths:                []rdmatr.PathAddr{{Src: "192.0.2.1", Dst: "192.0.2.2:1240"}, {Src: "198.51.100.1", Dst: "198.51.100.2:1240"}},
 		MaxReconnectAttempts: -1, ReconnectDelay: 500 * time.Millisecond, HeartbeatInterval: 500 * time.Millisecond,
-		MissedHeartbeats: 3, Timeout: 5 * time.Second, Logf: t.Logf})
+		MissedHeartbeats: 3, Timeout: 5 * time.Second, Logf: func(format string, args ...any) {
+			if strings.Contains(format, "did not release") {
+				leaked.Store(true)
+			}
+			t.Logf(format, args...)
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +81,12 @@ func TestLabRNBDOverRDMATwoPaths(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer d.Unmap(context.Background())
+	unmapped := false
+	defer func() {
+		if !unmapped {
+			d.Unmap(context.Background())
+		}
+	}()
 	dev := ublk.BlockPath(d.UblkDevice().ID())
 
 	res, stderr, err := labtest.Fio(t, labtest.VerifyArgs(dev, "64M")...)
@@ -105,4 +118,54 @@ func TestLabRNBDOverRDMATwoPaths(t *testing.T) {
 		t.Logf("path %s: %s, stats/rdma %s", p.Addr, p.State, p.Stats.AppendRdma(nil))
 	}
 	t.Logf("fio verify across the link failure: %d I/Os, 0 errors", res.IOs())
+
+	// Path 1 goes down and comes back while no device drives the queues:
+	// mapped again, the same queues must drop the old connections without
+	// touching them (the path may have freed them) and take the new ones.
+	unmapped = true
+	if err := d.Unmap(context.Background()); err != nil {
+		t.Fatalf("unmap: %v", err)
+	}
+	state := func() string { return c.Paths()[0].State }
+	if err := c.PathOp(0, rnbd.PathDisconnect); err != nil {
+		t.Fatalf("disconnect path 1: %v", err)
+	}
+	if !labtest.WaitFor(20*time.Second, func() bool { return state() != "connected" }) {
+		t.Fatalf("path 1 still connected after disconnect")
+	}
+	if err := c.PathOp(0, rnbd.PathReconnect); err != nil {
+		t.Fatalf("reconnect path 1: %v", err)
+	}
+	if !labtest.WaitFor(30*time.Second, func() bool { return state() == "connected" }) {
+		t.Fatalf("path 1 is %s 30 s after reconnect", state())
+	}
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel2()
+	d, err = c.Map(ctx2, ctrl, "disk.img", rnbd.AccessRW, rnbd.MapOptions{ID: -1, Depth: 64})
+	if err != nil {
+		t.Fatalf("map again: %v", err)
+	}
+	unmapped = false
+	dev = ublk.BlockPath(d.UblkDevice().ID())
+	res, stderr, err = labtest.Fio(t, labtest.VerifyArgs(dev, "32M")...)
+	if err != nil || res.Errors() != 0 || res.IOs() == 0 {
+		t.Fatalf("fio verify after path 1 went down and came back unmapped: %v, %d errors, %d I/Os\n%s", err, res.Errors(), res.IOs(), stderr)
+	}
+	t.Logf("fio verify on the device mapped again, after path 1 went down and came back while unmapped: %d I/Os, 0 errors", res.IOs())
+
+	// Unmapped, the device's queues are no longer driven: closing the
+	// session must still free both paths' connections, without waiting
+	// for those queues (Timeout) and leaking them.
+	unmapped = true
+	if err := d.Unmap(context.Background()); err != nil {
+		t.Fatalf("unmap: %v", err)
+	}
+	t0 := time.Now()
+	c.Close()
+	if el := time.Since(t0); el > 4*time.Second {
+		t.Errorf("closing the session took %v", el)
+	}
+	if leaked.Load() {
+		t.Error("closing the session leaked a path's connections: a queue of the unmapped device held them")
+	}
 }

@@ -764,11 +764,15 @@ func (p *clientPath) teardown(pc *pathConns) {
 	for _, q := range p.c.queues {
 		q.post(qmsg{kind: msgDetach, pc: pc})
 	}
-	// A queue that no event loop ever drove (RNBD keeps queues for
-	// devices not mapped yet) cannot release: it has not even taken its
-	// connection, and when it is driven it finds the set failed and
-	// leaves it (attachConn checks failed, set above, after driven is
-	// set). So its claim is dropped here.
+	// A queue that no event loop drives (RNBD keeps queues for devices
+	// not mapped yet, and for devices unmapped: Detach) cannot release:
+	// it has not even taken its connection, or no loop reads its mailbox.
+	// When it is driven again it finds the set failed and leaves it
+	// without touching it (attachConn and Attach check failed, set above,
+	// after driven is set). So its claim is dropped here. failed is
+	// stored before driven is loaded, and Attach and Detach store driven
+	// before they load failed: a queue that teardown does not see
+	// undriven sees the set failed.
 	for _, q := range p.c.queues {
 		if !q.driven.Load() {
 			pc.release(q.id)

@@ -166,6 +166,7 @@ func (q *ClientQueue) Run(start func(q *ClientQueue)) error {
 	}
 	defer ring.Close()
 	q.Attach(ring, 0)
+	defer q.Detach()
 	if start != nil {
 		start(q)
 	}
@@ -201,10 +202,18 @@ func (q *ClientQueue) busy() bool {
 // attached to is gone (its entries died with it): the completion channels
 // of its connections are polled in the new ring.
 func (q *ClientQueue) Attach(ring *uring.Ring, base uint64) {
-	q.driven.Store(true) // before the mailbox is drained: see teardown
+	q.driven.Store(true) // before the mailbox is drained and failed is read: see teardown
 	q.ring, q.udBase = ring, base
 	q.armWake()
 	for _, qc := range q.slots {
+		if qc != nil && !qc.dead && qc.pc.failed.Load() {
+			// Its path went down while the queue was detached: the
+			// path may have let go of it for the queue and freed it
+			// (see Detach). Fail it without touching its CQ or QP.
+			qc.pollOn = false
+			q.fail(qc, "path went down while the queue was detached")
+			continue
+		}
 		if qc == nil || !qc.pollOn {
 			continue
 		}
@@ -215,6 +224,23 @@ func (q *ClientQueue) Attach(ring *uring.Ring, base uint64) {
 		}
 		q.armPoll(qc)
 	}
+}
+
+// Detach tells the queue that the event loop driving it stops: its ring
+// is closed next, and the queue's entries in it die. Until the queue is
+// attached again, a path that goes down lets go of the queue's claim on
+// its connections itself, instead of waiting (Config.Timeout) for a queue
+// that no loop drives and then leaking them; a path already down is let
+// go of here. Call it on the queue's thread, as the last thing the loop
+// does with the queue.
+func (q *ClientQueue) Detach() {
+	q.driven.Store(false) // before failed is read: see teardown
+	for _, qc := range q.slots {
+		if qc != nil && qc.pc.failed.Load() {
+			qc.pc.release(q.id)
+		}
+	}
+	q.ring = nil
 }
 
 // Owns reports whether a completion with user data ud belongs to the queue.
