@@ -3,7 +3,8 @@
 // shape of package rtrs/tcp, so that RNBD can sit on either transport:
 // a Client with per-queue ClientQueues (Submit, Done callbacks on the
 // queue's thread, Run with its own io_uring or Attach/HandleCQE/Flush on
-// an external one) and a Server with a ServerHandler and ServerIO.Complete.
+// an external one, and Detach when that loop stops) and a Server with a
+// ServerHandler and ServerIO.Complete.
 //
 // # Connection setup
 //
