@@ -100,7 +100,4 @@ func (tq *tcpQueue) onDone(r *tcp.Request, errno int) { tq.done(uint16(r.Tag), e
 func (tq *tcpQueue) handleCQE(cqe *uring.CQE)         { tq.q.HandleCQE(cqe) }
 func (tq *tcpQueue) flush()                           { tq.q.Flush() }
 
-// detach has nothing to do: an RTRS/TCP path does not wait for its queues
-// when it goes down; an undriven queue closes its sockets when it is
-// driven again.
-func (tq *tcpQueue) detach() {}
+func (tq *tcpQueue) detach() { tq.q.Detach() }

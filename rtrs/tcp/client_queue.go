@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -35,7 +36,18 @@ type ClientQueue struct {
 	onCQE   func(*uring.CQE)
 	onMsg   func(qmsg)
 	mbox    *rtrs.Mailbox[qmsg]
+	// state is queueIdle until a loop first drives the queue, then
+	// queueDriven or queueDetached (Attach, Detach), and queueClosed once
+	// the closed client's sockets and mailbox are closed.
+	state atomic.Int32
 }
+
+const (
+	queueIdle int32 = iota
+	queueDriven
+	queueDetached
+	queueClosed
+)
 
 type qmsgKind int
 
@@ -153,6 +165,10 @@ func (q *ClientQueue) Run(start func(q *ClientQueue)) error {
 	}
 	defer ring.Close()
 	q.Attach(ring, 0)
+	if q.state.Load() == queueClosed {
+		return nil // the client was closed before the queue ran
+	}
+	defer q.Detach()
 	if start != nil {
 		start(q)
 	}
@@ -177,6 +193,9 @@ func (q *ClientQueue) Run(start func(q *ClientQueue)) error {
 // attached to is gone (the entries in it died with it): its connections'
 // reads are armed in the new ring.
 func (q *ClientQueue) Attach(ring *uring.Ring, base uint64) {
+	if !q.state.CompareAndSwap(queueIdle, queueDriven) && !q.state.CompareAndSwap(queueDetached, queueDriven) {
+		return // closed: the client is gone
+	}
 	q.ring, q.udBase = ring, base
 	q.armWake()
 	for _, qc := range q.slots {
@@ -193,6 +212,42 @@ func (q *ClientQueue) Attach(ring *uring.Ring, base uint64) {
 		if !qc.sendq.Empty() && !qc.dirty {
 			qc.dirty = true
 			q.dirty = append(q.dirty, qc)
+		}
+	}
+}
+
+// Detach tells the queue that the event loop driving it stops: its ring
+// is closed next, and the queue's entries in it die. The connections stay
+// for a later Attach; once the client is closed, Detach (or Close, for a
+// queue already detached or never driven) closes them and the mailbox.
+// Call it on the queue's thread, as the last thing the loop does with the
+// queue.
+func (q *ClientQueue) Detach() {
+	q.ring = nil
+	q.state.Store(queueDetached)
+	if q.reqs.Closed() {
+		q.closeUndriven()
+	}
+}
+
+// closeUndriven closes the sockets and the mailbox of a closed client's
+// queue that no loop drives (any more), once: by Detach on the queue's
+// thread, or by Client.Close for a queue detached or never driven.
+func (q *ClientQueue) closeUndriven() {
+	if !q.state.CompareAndSwap(queueDetached, queueClosed) && !q.state.CompareAndSwap(queueIdle, queueClosed) {
+		return
+	}
+	// Connections handed over but never taken.
+	q.mbox.Drain(func(m qmsg) {
+		if m.kind == msgAttach {
+			unix.Close(m.fd)
+		}
+	})
+	q.mbox.Close()
+	for _, qc := range q.slots {
+		if qc != nil && qc.fd >= 0 {
+			unix.Close(qc.fd)
+			qc.fd = -1
 		}
 	}
 }

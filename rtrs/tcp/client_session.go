@@ -352,6 +352,12 @@ func (c *Client) Close() error {
 	for _, q := range c.queues {
 		q.post(qmsg{kind: msgClose})
 	}
+	// Queues that no loop drives will not read the message: close their
+	// sockets here. A queue driven now closes them when its loop stops
+	// (Detach).
+	for _, q := range c.queues {
+		q.closeUndriven()
+	}
 	return nil
 }
 
