@@ -400,8 +400,8 @@ func (d *clientDaemon) unmapDev(id uint32, force bool) error {
 	err := dd.dev.Unmap(context.Background())
 	delete(d.devices, id)
 	if dd.sess.devs--; dd.sess.devs == 0 {
-		// Closing an RDMA session whose queues served a device that is
-		// gone can wait for its connect timeout: do not make unmap wait.
+		// Closing the session tears down its paths' connections (RDMA
+		// disconnects wait for the peer): unmap need not wait for that.
 		go dd.sess.client.Close()
 		delete(d.sessions, dd.spec.SessName)
 	}
