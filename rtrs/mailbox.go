@@ -51,6 +51,40 @@ func (b *Mailbox[M]) Post(m M) {
 	b.mu.Unlock()
 }
 
+// Replace is Post that first takes out the messages not yet drained for
+// which stale returns true, and hands each to drop (after the mailbox's
+// lock is released): for a message that supersedes earlier ones, which a
+// receiver that drains late (or never) would otherwise pile up. After
+// Close, m itself goes to drop.
+func (b *Mailbox[M]) Replace(m M, stale func(M) bool, drop func(M)) {
+	var dropped []M
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		drop(m)
+		return
+	}
+	kept := b.msgs[:0]
+	for _, old := range b.msgs {
+		if stale(old) {
+			dropped = append(dropped, old)
+		} else {
+			kept = append(kept, old)
+		}
+	}
+	var zero M
+	for i := len(kept); i < len(b.msgs); i++ {
+		b.msgs[i] = zero
+	}
+	b.msgs = append(kept, m)
+	one := [8]byte{1}
+	_, _ = unix.Write(b.fd, one[:])
+	b.mu.Unlock()
+	for _, old := range dropped {
+		drop(old)
+	}
+}
+
 // Drain resets the eventfd and calls fn, on the calling (receiving)
 // thread, for every message posted since the last Drain, in order.
 // Messages fn posts are kept for the next Drain.

@@ -2,6 +2,7 @@ package rtrs
 
 import (
 	"errors"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -395,5 +396,37 @@ func TestReconnectLimit(t *testing.T) {
 	}
 	if err := l.Set(-2); !errors.Is(err, syscall.EINVAL) || l.Get() != -1 {
 		t.Errorf("Set(-2): %v, limit now %d; want EINVAL and -1 kept", err, l.Get())
+	}
+}
+
+// Replace takes the stale messages out, in order, hands them to drop, and
+// wakes the receiver; after Close the new message itself is dropped.
+func TestMailboxReplace(t *testing.T) {
+	b, err := NewMailbox[int]()
+	mustNoErr(t, err)
+	for _, m := range []int{1, 10, 2, 11} {
+		b.Post(m)
+	}
+	var dropped []int
+	stale := func(m int) bool { return m >= 10 }
+	drop := func(m int) { dropped = append(dropped, m) }
+	b.Replace(12, stale, drop)
+	if !slices.Equal(dropped, []int{10, 11}) {
+		t.Fatalf("dropped %v, want [10 11]", dropped)
+	}
+	fds := []unix.PollFd{{Fd: int32(b.Fd()), Events: unix.POLLIN}}
+	if n, err := unix.Poll(fds, 1000); err != nil || n != 1 {
+		t.Fatalf("mailbox not readable after Replace: %d, %v", n, err)
+	}
+	var got []int
+	b.Drain(func(m int) { got = append(got, m) })
+	if !slices.Equal(got, []int{1, 2, 12}) {
+		t.Fatalf("drained %v, want [1 2 12]", got)
+	}
+	mustNoErr(t, b.Close())
+	dropped = nil
+	b.Replace(13, stale, drop)
+	if !slices.Equal(dropped, []int{13}) {
+		t.Fatalf("after Close, dropped %v, want [13]", dropped)
 	}
 }

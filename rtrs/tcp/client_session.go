@@ -516,7 +516,13 @@ func (p *clientPath) attach(conns []*ClientConn) error {
 	p.svc = conns[0]
 	p.state.Store(PathStateConnected)
 	for i, q := range p.c.queues {
-		q.post(qmsg{kind: msgAttach, path: p, fd: fds[i]})
+		// A connection of this path that a queue has not taken yet (no
+		// loop drives it: RNBD's queues of an unmapped device) belongs
+		// to an earlier connect, which failed: close it rather than let
+		// every reconnect add one more.
+		q.mbox.Replace(qmsg{kind: msgAttach, path: p, fd: fds[i]},
+			func(old qmsg) bool { return old.kind == msgAttach && old.path == p },
+			func(old qmsg) { unix.Close(old.fd) })
 	}
 	return nil
 }
