@@ -155,14 +155,23 @@ func (c *conn) destroy(disconnect bool) {
 // is armed again, so there is at most one event to take: reading until
 // EAGAIN would cost a second read(2) on every wake-up.
 func (c *conn) drainEvents() error {
-	if _, err := c.cc.GetEvent(); err != nil {
-		if !errors.Is(err, unix.EAGAIN) {
-			return err
-		}
-	} else {
-		c.cq.Ack(1)
+	if _, err := c.takeEvent(); err != nil {
+		return err
 	}
 	return c.cq.ReqNotify(false)
+}
+
+// takeEvent takes and acknowledges the channel's pending event, if there
+// is one (the channel is non-blocking); it reports whether there was.
+func (c *conn) takeEvent() (bool, error) {
+	if _, err := c.cc.GetEvent(); err != nil {
+		if errors.Is(err, unix.EAGAIN) {
+			return false, nil
+		}
+		return false, err
+	}
+	c.cq.Ack(1)
+	return true, nil
 }
 
 // netpollFd watches a non-blocking fd through Go's netpoller, on a dup of

@@ -11,8 +11,6 @@ import (
 	"time"
 	"unsafe"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/urnbd/urnbd/rdma"
 	"github.com/urnbd/urnbd/rtrs"
 )
@@ -579,16 +577,8 @@ func (sc *serverConn) isDead() bool {
 func (sc *serverConn) waitEvent(w *netpollFd) (ok bool, err error) {
 	c := sc.c
 	rerr := w.wait(func() bool {
-		if _, e := c.cc.GetEvent(); e != nil {
-			if errors.Is(e, unix.EAGAIN) {
-				return false // park until readable
-			}
-			err = e
-			return true
-		}
-		c.cq.Ack(1)
-		ok = true
-		return true
+		ok, err = c.takeEvent()
+		return ok || err != nil // else park until readable
 	})
 	if rerr != nil && !errors.Is(rerr, os.ErrDeadlineExceeded) {
 		err = rerr
