@@ -5,6 +5,7 @@ package bpf
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -113,7 +114,39 @@ func directIO(t *testing.T, path string, n int) {
 		if _, err := f.ReadAt(buf, int64(i)*bs); err != nil {
 			t.Fatal(err)
 		}
+		for j := range buf {
+			if buf[j] != byte(i+j) {
+				t.Fatalf("%s: block %d byte %d reads %#x, wrote %#x", path, i, j, buf[j], byte(i+j))
+			}
+		}
 	}
+}
+
+// diskStat returns the completed reads and writes of dev from the kernel's
+// own accounting (/sys/dev/block/M:m/stat, Documentation/block/stat.rst).
+func diskStat(t *testing.T, dev uint64) (reads, writes uint64) {
+	t.Helper()
+	path := fmt.Sprintf("/sys/dev/block/%d:%d/stat", unix.Major(dev), unix.Minor(dev))
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fmt.Sscan(string(b), &reads, new(uint64), new(uint64), new(uint64), &writes); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return reads, writes
+}
+
+// diskFacts describes the file system of dir and the queue of dev, for a
+// failure message: what decides whether O_DIRECT I/O reaches the disk.
+func diskFacts(dir string, dev uint64) string {
+	var fs unix.Statfs_t
+	_ = unix.Statfs(dir, &fs)
+	var uts unix.Utsname
+	_ = unix.Uname(&uts)
+	sched, _ := os.ReadFile(fmt.Sprintf("/sys/dev/block/%d:%d/queue/scheduler", unix.Major(dev), unix.Minor(dev)))
+	return fmt.Sprintf("kernel %s, file system magic %#x under %s, scheduler %s",
+		unix.ByteSliceToString(uts.Release[:]), fs.Type, dir, strings.TrimSpace(string(sched)))
 }
 
 func alignedBuf(n int) []byte {
@@ -129,6 +162,9 @@ func TestBlockLatencyCounts(t *testing.T) {
 	b := loadBlock(t, BlockLatencyOptions{Options: Options{PinDir: pinDir}, Devices: []uint64{dev}})
 	defer b.Close()
 
+	// The kernel's own counters are read around the histograms, so the
+	// requests that the programs count are a subset of theirs.
+	kr0, kw0 := diskStat(t, dev)
 	h0, err := b.Histogram(dev)
 	if err != nil {
 		t.Fatal(err)
@@ -139,11 +175,11 @@ func TestBlockLatencyCounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("device %s: reads %d, writes %d, other %d", DevName(dev),
-		h1.Count[Read]-h0.Count[Read], h1.Count[Write]-h0.Count[Write], h1.Count[Other]-h0.Count[Other])
-	// The device may merge adjacent requests, and other processes may do
-	// I/O on it too: at least one request per direction, and the reads,
-	// not merged by O_DIRECT's synchronous one-at-a-time submission, all.
+	kr1, kw1 := diskStat(t, dev)
+	reads, writes := h1.Count[Read]-h0.Count[Read], h1.Count[Write]-h0.Count[Write]
+	kreads, kwrites := kr1-kr0, kw1-kw0
+	t.Logf("device %s: reads %d, writes %d, other %d; the kernel's accounting: reads %d, writes %d",
+		DevName(dev), reads, writes, h1.Count[Other]-h0.Count[Other], kreads, kwrites)
 	missed, err := b.Missed()
 	if err != nil {
 		t.Fatal(err)
@@ -151,11 +187,23 @@ func TestBlockLatencyCounts(t *testing.T) {
 	if missed > 0 {
 		t.Logf("the kernel skipped %d program runs (recursion)", missed)
 	}
-	if got := h1.Count[Read] - h0.Count[Read]; got+missed < n {
-		t.Errorf("reads counted: %d, with %d runs skipped by the kernel; want >= %d", got, missed, n)
+	// Each synchronous O_DIRECT read is one request unless the file system
+	// serves it otherwise; whether it did is the kernel's accounting's to
+	// say, and the programs must count what it counts. Its counter moves
+	// just after the request's data is delivered, so it may lag by the last
+	// read; other processes' requests in the moments between the two
+	// readings make up the rest of the slack.
+	if kreads < n {
+		t.Logf("only %d of the %d reads reached the disk (%s)", kreads, n, diskFacts(dir, dev))
 	}
-	if got := h1.Count[Write] - h0.Count[Write]; got < 1 {
-		t.Errorf("writes counted: %d, want >= 1", got)
+	for _, c := range []struct {
+		dir           string
+		counted, kern uint64
+	}{{"reads", reads, kreads}, {"writes", writes, kwrites}} {
+		if c.counted < 1 || c.counted+missed+c.kern/10+4 < c.kern || c.counted > c.kern+2 {
+			t.Errorf("%s counted: %d (%d runs skipped by the kernel), the kernel's accounting: %d (%s)",
+				c.dir, c.counted, missed, c.kern, diskFacts(dir, dev))
+		}
 	}
 	for d := range Dir(NumDirs) {
 		// The maps are read one after the other while other processes
