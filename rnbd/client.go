@@ -62,6 +62,10 @@ func (c *Client) Paths() []PathStatus { return c.t.paths() }
 // Close ends the session; mapped devices must be unmapped first.
 func (c *Client) Close() error { return c.t.close() }
 
+// Queues returns the number of queues that each device of the session
+// has: one per CPU unless the session was dialled with fewer or more.
+func (c *Client) Queues() int { return c.t.queues() }
+
 type marshaler interface {
 	Size() int
 	MarshalTo([]byte) (int, error)

@@ -100,7 +100,7 @@ func (b *blocks) get() (int, error) {
 			return i, nil
 		}
 	}
-	return 0, fmt.Errorf("rnbd: a session maps at most %d devices at a time: %w", maxDevices, syscall.ENOSPC)
+	return 0, fmt.Errorf("rnbd: a session maps at most %d devices at a time; map more under another session name: %w", maxDevices, syscall.ENOSPC)
 }
 
 func (b *blocks) put(i int) {

@@ -127,7 +127,9 @@ func startClientDaemon(args ...string) error {
 }
 
 func mapDevice(c *cli.Context, spec *mapSpec) error {
-	if spec.Transport == "" {
+	if spec.Transport == "" && c.IsSet("transport") {
+		// Left empty otherwise: a new session then takes the flag's
+		// default, an existing one keeps its own.
 		spec.Transport = c.String("transport")
 	}
 	var args []string
@@ -214,6 +216,28 @@ type daemonSession struct {
 	spec   mapSpec // the map request that opened it
 	client *rnbd.Client
 	devs   int
+}
+
+// defaultTransport is the transport of a new session whose map request
+// names none (the --transport flag's default).
+const defaultTransport = "tcp"
+
+// fits checks a map request for another device of the session against
+// the session. As the kernel does, it ignores the request's paths (the
+// session's may have changed since, by path add and remove); a transport
+// or queue count that differs from the session's is an error rather than
+// silently not what was asked for. It fills in the session's transport.
+func (s *daemonSession) fits(spec *mapSpec, queues int) error {
+	if spec.Transport != "" && spec.Transport != s.spec.Transport {
+		return fmt.Errorf("map: session %s runs over %s, not %s; map with another sessname for %s: %w",
+			s.spec.SessName, s.spec.Transport, spec.Transport, spec.Transport, unix.EINVAL)
+	}
+	if n := s.client.Queues(); queues != 0 && queues != n {
+		return fmt.Errorf("map: session %s has %d queues, not %d; map with another sessname for %d: %w",
+			s.spec.SessName, n, queues, queues, unix.EINVAL)
+	}
+	spec.Transport = s.spec.Transport
+	return nil
 }
 
 type daemonDevice struct {
@@ -340,7 +364,17 @@ func (d *clientDaemon) mapDev(req *clientRequest) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	sess := d.sessions[spec.SessName]
-	if sess == nil {
+	if sess != nil {
+		if err := sess.fits(spec, req.Queues); err != nil {
+			return "", err
+		}
+	} else {
+		if len(spec.Paths) == 0 {
+			return "", fmt.Errorf("map: no session %s, and no path= to make it with: %w", spec.SessName, unix.ENXIO)
+		}
+		if spec.Transport == "" {
+			spec.Transport = defaultTransport
+		}
 		var client *rnbd.Client
 		var err error
 		switch spec.Transport {

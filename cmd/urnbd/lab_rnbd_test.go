@@ -56,7 +56,7 @@ func exitCodeOf(err error) int {
 func TestLabCLIMapOverTCP(t *testing.T) {
 	c := newLabCLI(t)
 	dir := t.TempDir()
-	for _, n := range []string{"a.img", "b.img"} {
+	for _, n := range []string{"a.img", "b.img", "c.img"} {
 		f, _ := os.Create(filepath.Join(dir, n))
 		f.Truncate(256 << 20)
 		f.Close()
@@ -80,10 +80,24 @@ func TestLabCLIMapOverTCP(t *testing.T) {
 	if exitCodeOf(err) != int(syscall.EINVAL) {
 		t.Errorf("a device path with '..': %v %s; want EINVAL", err, out)
 	}
-	out, err = c.run("map", "sessname=lab", "device_path=a.img")
+	out, err = c.run("map", "sessname=nosuch", "device_path=a.img")
 	if exitCodeOf(err) != int(syscall.ENXIO) {
-		t.Errorf("no path: %v %s; want ENXIO", err, out)
+		t.Errorf("no path for a new session: %v %s; want ENXIO", err, out)
 	}
+	out, err = c.run("map", "sessname=lab", "transport=rdma", "device_path=c.img")
+	if exitCodeOf(err) != int(syscall.EINVAL) || !strings.Contains(out, "runs over tcp") {
+		t.Errorf("another transport for an existing session: %v %s; want EINVAL", err, out)
+	}
+	out, err = c.run("map", "--queues", "99", "sessname=lab", "device_path=c.img")
+	if exitCodeOf(err) != int(syscall.EINVAL) || !strings.Contains(out, "queues") {
+		t.Errorf("another queue count for an existing session: %v %s; want EINVAL", err, out)
+	}
+	// As with the kernel, a device of an existing session needs no path.
+	dev3 := c.must("map", "sessname=lab", "device_path=c.img")
+	if dev3 == dev || !strings.HasPrefix(dev3, "/dev/ublkb") {
+		t.Errorf("map without path= on session lab printed %q", dev3)
+	}
+	c.must("unmap", dev3)
 
 	dev2 := c.must("client", "device", "map", "b.img", "from", "127.0.0.1", "dest_port="+port, "access_mode=ro")
 	t.Cleanup(func() { c.run("unmap", "--force", dev2) })

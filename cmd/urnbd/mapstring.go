@@ -92,7 +92,7 @@ func parseMapString(tokens []string) (*mapSpec, error) {
 			case "nr_poll_queues":
 				return bad("map: nr_poll_queues: urnbd has no poll queues")
 			default:
-				return bad("map: unknown key %q (want sessname, path, device_path, access_mode, dest_port)", k)
+				return bad("map: unknown key %q (want sessname, path, device_path, access_mode, dest_port, transport)", k)
 			}
 		}
 	}
@@ -101,9 +101,9 @@ func parseMapString(tokens []string) (*mapSpec, error) {
 		return bad("map: sessname= is missing")
 	case s.DevicePath == "":
 		return bad("map: device_path= is missing")
-	case len(s.Paths) == 0:
-		return nil, fmt.Errorf("map: no path= given for a new session: %w", unix.ENXIO)
 	}
+	// No path= is fine for a session that exists (the kernel's rule): the
+	// client daemon knows whether it does, and answers ENXIO if not.
 	s.mode, _ = rnbd.ParseAccessMode(s.AccessMode)
 	return s, nil
 }

@@ -38,8 +38,10 @@ func TestParseMapString(t *testing.T) {
 			t.Errorf("%q: %v, want EINVAL", in, err)
 		}
 	}
-	if _, err := parseMapString([]string{"sessname=x device_path=d"}); !errors.Is(err, unix.ENXIO) {
-		t.Errorf("no path: %v, want ENXIO", err)
+	// Whether a map string without path= is right depends on the session
+	// existing, which only the client daemon knows.
+	if s, err := parseMapString([]string{"sessname=x device_path=d"}); err != nil || len(s.Paths) != 0 {
+		t.Errorf("no path: %+v, %v; want no paths and no error", s, err)
 	}
 	seven := "sessname=x device_path=d"
 	for i := 0; i < 7; i++ {

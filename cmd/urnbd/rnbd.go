@@ -125,9 +125,9 @@ func runServer(c *cli.Context) error {
 }
 
 var mapFlags = append([]cli.Flag{
-	&cli.IntFlag{Name: "queues", Usage: "queues (RTRS connections per path); 0 = one per CPU"},
+	&cli.IntFlag{Name: "queues", Usage: "ublk queues of each device of a new session, each with its RTRS connection per path; 0 = one per CPU"},
 	&cli.IntFlag{Name: "depth", Value: ublk.DefaultQueueDepth, Usage: "requests in flight per queue"},
-	&cli.StringFlag{Name: "transport", Value: "tcp", Usage: "rdma or tcp (also transport= in the map string)"},
+	&cli.StringFlag{Name: "transport", Value: defaultTransport, Usage: "rdma or tcp, for a new session (also transport= in the map string)"},
 }, daemonFlags...)
 
 // mapStringFlags are the flag form of the map string's keys.
@@ -161,11 +161,15 @@ func mapCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "map",
 		Usage:     "map a remote device as /dev/ublkbN (kernel map_device syntax)",
-		ArgsUsage: "sessname=NAME path=[ip:SRC@]ip:DST [path=...] device_path=PATH [access_mode=ro|rw|migration] [dest_port=PORT]",
+		ArgsUsage: "sessname=NAME path=[ip:SRC@]ip:DST [path=...] device_path=PATH [access_mode=ro|rw|migration] [dest_port=PORT] [transport=tcp|rdma]",
 		Description: "The map string is the kernel's (echo ... > /sys/class/rnbd-client/ctl/map_device), plus\n" +
 			"transport=rdma|tcp; --sessname, --path, --device-path, --access-mode and --dest-port say the same.\n" +
-			"Prints the new device, /dev/ublkbN. Errors: EINVAL (bad map string), EEXIST (already mapped),\n" +
-			"ENOENT (no such device on the server), EPERM (a second rw mapping of the device; use migration).\n" +
+			"A device of an existing session needs no path= or dest_port= (ignored, as by the kernel); its\n" +
+			"transport= and --queues, if given, must be the session's. A session maps up to 4 devices.\n" +
+			"Prints the new device, /dev/ublkbN. Errors: EINVAL (bad map string, or not the session's transport\n" +
+			"or queues), EEXIST (already mapped), ENOENT (no such device on the server), ENXIO (no such session\n" +
+			"and no path=), EPERM (a second rw mapping of the device; use migration), ENOSPC (the session maps\n" +
+			"4 devices already; use another sessname).\n" +
 			"--metrics-listen and --no-bpf apply when map starts the client daemon.",
 		Flags: append(append([]cli.Flag{}, mapStringFlags...), mapFlags...),
 		Action: func(c *cli.Context) error {
