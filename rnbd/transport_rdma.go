@@ -10,10 +10,14 @@ import (
 	"github.com/urnbd/urnbd/uring"
 )
 
-// RDMA sessions register one memory region for everything their requests
-// carry: the tag buffers of up to maxDevices mapped devices (each with up
-// to rdmaMaxDepth tags of up to rdmaMaxTagBytes per queue) and a page for
-// admin answers.
+// RDMA sessions have one memory region for everything their requests
+// carry: a part per device (block) for the tag buffers of up to maxDevices
+// mapped devices (each with up to rdmaMaxDepth tags of up to
+// rdmaMaxTagBytes per queue), and a last part, a page, for admin answers.
+// Registered memory is pinned: a block's part is registered when a device
+// first takes the block (and then stays registered while the session
+// lives, as the server may still write into it after an unmap), so a
+// session pins only what its devices use.
 const (
 	rdmaMaxDepth    = 128
 	rdmaMaxTagBytes = 128 << 10
@@ -39,9 +43,13 @@ func dialRDMA(ctx context.Context, cfg rdmatr.ClientConfig) (*rdmaTransport, err
 	}
 	cfg.Queues = n*maxDevices + 1
 	slot := n * rdmaMaxDepth * rdmaMaxTagBytes
-	cfg.Region, cfg.RegionSize = nil, rdmaAdminBytes+maxDevices*slot
+	cfg.Region, cfg.RegionSize, cfg.RegionPartSize = nil, maxDevices*slot+rdmaAdminBytes, slot
 	c, err := rdmatr.DialClient(ctx, cfg)
 	if err != nil {
+		return nil, err
+	}
+	if err := c.RegisterPart(maxDevices); err != nil {
+		c.Close()
 		return nil, err
 	}
 	t := &rdmaTransport{c: c, n: n, slot: slot, adminQ: c.Queue(n * maxDevices), threads: make(queueThreads, n*maxDevices)}
@@ -61,7 +69,7 @@ func (t *rdmaTransport) call(ctx context.Context, write bool, usr []byte, respLe
 	defer t.admin.Unlock()
 	var data []byte
 	if respLen > 0 {
-		data = t.c.Region()[:respLen]
+		data = t.c.Region()[maxDevices*t.slot:][:respLen]
 	}
 	done := make(chan int, 1)
 	r := &rdmatr.Request{Write: write, Usr: usr, Data: data, Done: func(_ *rdmatr.Request, e int) { done <- e }}
@@ -86,7 +94,11 @@ func (t *rdmaTransport) acquire(size int) (int, []byte, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	off := rdmaAdminBytes + b*t.slot
+	if err := t.c.RegisterPart(b); err != nil {
+		t.put(b)
+		return 0, nil, fmt.Errorf("rnbd: tag buffers of %d bytes: %w", t.slot, err)
+	}
+	off := b * t.slot
 	return b, t.c.Region()[off : off+t.slot : off+t.slot], nil
 }
 

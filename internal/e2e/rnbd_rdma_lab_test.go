@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -59,6 +60,7 @@ func TestLabRNBDOverRDMATwoPaths(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var leaked atomic.Bool
+	pinned0 := vmPin(t)
 	c, err := rnbd.DialRDMA(ctx, rdmatr.ClientConfig{SessName: "e2e-rdma", Queues: 2, Policy: rtrs.RoundRobin,
 		Paths:                []rdmatr.PathAddr{{Src: "192.0.2.1", Dst: "192.0.2.2:1240"}, {Src: "198.51.100.1", Dst: "198.51.100.2:1240"}},
 		MaxReconnectAttempts: -1, ReconnectDelay: 500 * time.Millisecond, HeartbeatInterval: 500 * time.Millisecond,
@@ -88,6 +90,15 @@ func TestLabRNBDOverRDMATwoPaths(t *testing.T) {
 		}
 	}()
 	dev := ublk.BlockPath(d.UblkDevice().ID())
+	// Registered memory is pinned (VmPin), once per path. The session pins
+	// the tag buffers of its one device, 2 queues × 128 tags × 128 KiB per
+	// path, not those of all 4 devices it could map.
+	const perDevice = 2 * 128 * 128 << 10
+	pinned := vmPin(t) - pinned0
+	t.Logf("pinned since the session was dialled: %d MiB (2 paths, 1 device mapped)", pinned>>20)
+	if pinned >= 2*2*perDevice {
+		t.Errorf("the session pins %d MiB over 2 paths with 1 device mapped, want < %d MiB", pinned>>20, 2*2*perDevice>>20)
+	}
 
 	res, stderr, err := labtest.Fio(t, labtest.VerifyArgs(dev, "64M")...)
 	if err != nil || res.Errors() != 0 || res.IOs() == 0 {
@@ -168,4 +179,25 @@ func TestLabRNBDOverRDMATwoPaths(t *testing.T) {
 	if leaked.Load() {
 		t.Error("closing the session leaked a path's connections: a queue of the unmapped device held them")
 	}
+}
+
+// vmPin returns the memory the test process has pinned (VmPin in
+// /proc/self/status), as RDMA registrations do, in bytes.
+func vmPin(t *testing.T) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmPin:"); ok {
+			var kb int64
+			if _, err := fmt.Sscan(rest, &kb); err != nil {
+				t.Fatalf("VmPin: %q: %v", line, err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmPin in /proc/self/status")
+	return 0
 }

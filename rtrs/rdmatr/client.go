@@ -56,6 +56,13 @@ type ClientConfig struct {
 	// device of every path; one rkey per path serves all read buffers.
 	Region     []byte
 	RegionSize int
+	// RegionPartSize, if not 0, splits the region into parts of that many
+	// bytes (the last may be shorter), each registered only once
+	// Client.RegisterPart asks for it: registered memory is pinned, and
+	// a caller that hands parts out one by one (RNBD: one per mapped
+	// device) then pins only what it uses. A request's Data must lie
+	// within one registered part. If 0, the whole region is registered.
+	RegionPartSize int
 	// MaxReconnectAttempts bounds the reconnects of a path after it failed:
 	// -1 forever (the kernel's default), 0 none.
 	MaxReconnectAttempts int
@@ -83,11 +90,14 @@ type Client struct {
 	pathsUUID rtrs.UUID
 	region    []byte
 	ownRegion bool
-	hdr       []byte // queue_depth × max_hdr_size: per permit, user message + RTRS header
+	partSize  int           // bytes per region part: RegionPartSize, or the whole region
+	parts     []atomic.Bool // parts[k]: part k is registered on every set in pcs
+	hdr       []byte        // queue_depth × max_hdr_size: per permit, user message + RTRS header
 	queues    []*ClientQueue
 
 	mu      sync.Mutex
 	paths   []*clientPath
+	pcs     map[*pathConns]struct{} // connection sets whose PD holds the parts' registrations
 	adopted bool
 	ready   chan struct{}
 	closed  atomic.Bool
@@ -121,18 +131,18 @@ type clientPath struct {
 // pathConns are the connections and registrations of one connect of a
 // path; a reconnect makes new ones.
 type pathConns struct {
-	p        *clientPath
-	ch       *rdma.EventChannel
-	pd       *rdma.PD
-	svc      *conn
-	io       []*conn // by queue
-	params   Params
-	chunks   []rtrs.RemoteChunk
-	regionMR *rdma.MR
-	hdrMR    *rdma.MR
-	info     []byte
-	infoMR   *rdma.MR
-	failed   atomic.Bool
+	p      *clientPath
+	ch     *rdma.EventChannel
+	pd     *rdma.PD
+	svc    *conn
+	io     []*conn // by queue
+	params Params
+	chunks []rtrs.RemoteChunk
+	partMR []*rdma.MR // by region part; set under Client.mu, read by queues once the part is registered
+	hdrMR  *rdma.MR
+	info   []byte
+	infoMR *rdma.MR
+	failed atomic.Bool
 	// claims[i] is set while queue i holds, or may still take, its
 	// connection of this set; holders counts the set claims, and released
 	// is closed when the last one goes (pathConns.release).
@@ -173,6 +183,10 @@ func DialClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 			return nil, err
 		}
 		c.region, c.ownRegion = r, true
+	}
+	if err := c.splitRegion(cfg.RegionPartSize); err != nil {
+		c.freeMem()
+		return nil, err
 	}
 	rand.Read(c.pathsUUID[:])
 	for i, a := range cfg.Paths {
@@ -625,8 +639,7 @@ func (c *Client) adopt(pc *pathConns) (err error) {
 	if pc.params.QueueDepth != c.params.QueueDepth || pc.params.ChunkSize != c.params.ChunkSize || pc.params.MaxHdrSize != c.params.MaxHdrSize {
 		return fmt.Errorf("rtrs/rdmatr: path parameters differ from the session's: %w", syscall.EINVAL)
 	}
-	acc := rdma.AccessLocalWrite | rdma.AccessRemoteWrite
-	if pc.regionMR, err = pc.pd.RegMR(c.region[:cap(c.region)], acc); err != nil {
+	if err := c.registerParts(pc); err != nil {
 		return err
 	}
 	pc.hdrMR, err = pc.pd.RegMR(c.hdr[:cap(c.hdr)], rdma.AccessLocalWrite)
@@ -798,12 +811,13 @@ func (pc *pathConns) destroy() {
 		cn.destroy(false)
 	}
 	pc.io = nil
-	for _, mr := range []*rdma.MR{pc.regionMR, pc.hdrMR, pc.infoMR} {
+	pc.p.c.forgetParts(pc)
+	for _, mr := range append(pc.partMR, pc.hdrMR, pc.infoMR) {
 		if mr != nil {
 			mr.Dereg()
 		}
 	}
-	pc.regionMR, pc.hdrMR, pc.infoMR = nil, nil, nil
+	pc.partMR, pc.hdrMR, pc.infoMR = nil, nil, nil
 	munmap(pc.info)
 	pc.info = nil
 	if pc.pd != nil {

@@ -6,7 +6,6 @@ import (
 	"runtime"
 	"sync/atomic"
 	"syscall"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -129,6 +128,12 @@ func (k carrier) Pick(skip int) (*qconn, bool) {
 func (k carrier) Send(r *Request, qc *qconn) error {
 	q := k.q
 	if err := q.addWR(qc, r); err != nil {
+		if errors.Is(err, errPartUnregistered) {
+			// The set was failing when the part was registered, and is
+			// going: r fails over with its other requests.
+			q.fail(qc, err.Error())
+			return nil
+		}
 		return err
 	}
 	qc.path.stats.IncInflight()
@@ -356,25 +361,16 @@ func (q *ClientQueue) Submit(r *Request) error {
 	if err := q.c.params.CheckRequest(r); err != nil {
 		return fmt.Errorf("rtrs/rdmatr: %w", err)
 	}
-	if _, ok := regionOffset(q.c.region, r.Data); !ok {
-		return fmt.Errorf("rtrs/rdmatr: request data is not inside the registered region: %w", syscall.EINVAL)
+	if _, _, ok := q.c.regionPart(r.Data); !ok {
+		return fmt.Errorf("rtrs/rdmatr: request data is not inside one registered part of the region: %w", syscall.EINVAL)
 	}
 	q.reqs.Submit(r)
 	return nil
 }
 
-// regionOffset returns the offset of b inside region, if b lies in it.
-func regionOffset(region, b []byte) (int, bool) {
-	if len(b) == 0 || len(region) == 0 {
-		return 0, len(b) == 0
-	}
-	base := uintptr(unsafe.Pointer(unsafe.SliceData(region)))
-	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
-	if p < base || p-base > uintptr(len(region)) || uintptr(len(b)) > uintptr(len(region))-(p-base) {
-		return 0, false
-	}
-	return int(p - base), true
-}
+// errPartUnregistered: a request's data lies in a region part that its
+// connection's set did not register (see RegisterPart).
+var errPartUnregistered = errors.New("region part not registered")
 
 // addWR builds r's header (user message + RTRS header) in its slot of the
 // registered header area and adds its RDMA-WRITE-with-IMM to qc's batch:
@@ -386,7 +382,15 @@ func (q *ClientQueue) addWR(qc *qconn, r *Request) error {
 	p := c.params
 	hs := p.MaxHdrSize
 	id := r.Permit()
-	off, _ := regionOffset(c.region, r.Data) // checked by Submit
+	part, off, _ := c.regionPart(r.Data) // checked by Submit
+	var mr *rdma.MR
+	if len(r.Data) > 0 {
+		// Registered on every set that existed when the part was, and on
+		// each made since, unless the set was failing then.
+		if mr = pc.partMR[part]; mr == nil {
+			return fmt.Errorf("region part %d on path %v: %w", part, pc.p.addr, errPartUnregistered)
+		}
+	}
 	buf := c.hdr[id*hs : (id+1)*hs]
 	n := copy(buf, r.Usr)
 	var l rtrs.IOLayout
@@ -410,7 +414,9 @@ func (q *ClientQueue) addWR(qc *qconn, r *Request) error {
 			return err
 		}
 		var desc [1]rtrs.SGDesc
-		desc[0] = rtrs.SGDesc{Addr: pc.regionMR.Addr() + uint64(off), Key: pc.regionMR.RKey(), Len: uint32(len(r.Data))}
+		if sg > 0 {
+			desc[0] = rtrs.SGDesc{Addr: mr.Addr() + uint64(off), Key: mr.RKey(), Len: uint32(len(r.Data))}
+		}
 		m := rtrs.RdmaReadMsg{UsrLen: uint16(len(r.Usr)), Desc: desc[:sg]}
 		k, err := m.MarshalTo(buf[n:])
 		if err != nil {
@@ -431,7 +437,7 @@ func (q *ClientQueue) addWR(qc *qconn, r *Request) error {
 	qc.sent++
 	hdr := pc.hdrMR.SGE(id*hs, n)
 	if r.Write && len(r.Data) > 0 {
-		return qc.sb.Add(wr, pc.regionMR.SGE(off, len(r.Data)), hdr)
+		return qc.sb.Add(wr, mr.SGE(off, len(r.Data)), hdr)
 	}
 	return qc.sb.Add(wr, hdr)
 }

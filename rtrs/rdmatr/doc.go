@@ -49,8 +49,13 @@
 // Request.Data must lie inside the client's Region (ClientConfig.Region,
 // or RegionSize bytes mapped by DialClient, see Client.Region): memory from
 // mmap(2) that never moves, registered with local and remote write access
-// on the device of every path. Submit refuses data outside it with EINVAL.
-// The user message may live anywhere; it is copied into the header area.
+// on the device of every path. Registered memory is pinned, so the region
+// may be split into parts (ClientConfig.RegionPartSize) that are
+// registered one by one when the caller needs them (Client.RegisterPart),
+// on every path and again on each reconnect; each part has its own rkey
+// per path. Submit refuses data outside the region, straddling two parts
+// or in a part not registered, with EINVAL. The user message may live
+// anywhere; it is copied into the header area.
 //
 // # Isolation without always_invalidate
 //
@@ -60,7 +65,7 @@
 // RDMA-write any chunk of its session at any time, including chunks whose
 // request the server is still processing (it can change data the handler
 // is reading or writing), and the client's region likewise stays writable
-// by the server with one rkey per path. Isolation between different client
+// by the server with one rkey per part and path. Isolation between different client
 // sessions is weaker than it looks: each session has its own pool and
 // memory registration, but all sessions on a device share the server's
 // protection domain, so a client that learns (or guesses) another

@@ -214,6 +214,9 @@ type labEnv struct {
 	drivers []*driver
 	runErr  chan error
 	idle    int // queues not run by startLabIdle
+	// partSize, if not 0, is the region's part size: one part per queue,
+	// registered before the queue is run (startLabParts).
+	partSize int
 }
 
 func startLab(t *testing.T, paths int, queues, slotsPerQueue int, hb time.Duration) *labEnv {
@@ -225,8 +228,20 @@ func startLab(t *testing.T, paths int, queues, slotsPerQueue int, hb time.Durati
 // keeps queues for devices not mapped yet); labEnv.run starts them.
 func startLabIdle(t *testing.T, paths int, queues, idle, slotsPerQueue int, hb time.Duration) *labEnv {
 	t.Helper()
+	return startLabEnv(t, &labEnv{idle: idle}, paths, queues, slotsPerQueue, hb)
+}
+
+// startLabParts is startLabIdle with the client's region in one part per
+// queue, each registered just before its queue is run.
+func startLabParts(t *testing.T, paths int, queues, idle, slotsPerQueue int, hb time.Duration) *labEnv {
+	t.Helper()
+	return startLabEnv(t, &labEnv{idle: idle, partSize: slotsPerQueue * blockSz}, paths, queues, slotsPerQueue, hb)
+}
+
+func startLabEnv(t *testing.T, e *labEnv, paths int, queues, slotsPerQueue int, hb time.Duration) *labEnv {
+	t.Helper()
 	needLab(t)
-	e := &labEnv{backend: &memBackend{mem: make([]byte, queues*slotsPerQueue*4*blockSz)}, runErr: make(chan error, queues), idle: idle}
+	e.backend, e.runErr = &memBackend{mem: make([]byte, queues*slotsPerQueue*4*blockSz)}, make(chan error, queues)
 	var err error
 	e.srv, err = NewServer(ServerConfig{QueueDepth: labQD, ChunkSize: labChunk, Handler: e.backend, HeartbeatInterval: hb, Logf: t.Logf})
 	if err != nil {
@@ -246,7 +261,7 @@ func startLabIdle(t *testing.T, paths int, queues, idle, slotsPerQueue int, hb t
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	e.cl, err = DialClient(ctx, ClientConfig{SessName: "labsess", Paths: pa, Queues: queues, Policy: rtrs.RoundRobin,
-		RegionSize: queues * slotsPerQueue * blockSz, ReconnectDelay: 200 * time.Millisecond, MaxReconnectAttempts: -1,
+		RegionSize: queues * slotsPerQueue * blockSz, RegionPartSize: e.partSize, ReconnectDelay: 200 * time.Millisecond, MaxReconnectAttempts: -1,
 		HeartbeatInterval: hb, Timeout: 10 * time.Second, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
@@ -293,8 +308,16 @@ func startLabIdle(t *testing.T, paths int, queues, idle, slotsPerQueue int, hb t
 	return e
 }
 
-// run runs a driver's queue: its slots start their write-read loops.
+// run runs a driver's queue: its slots start their write-read loops. With
+// a partitioned region it registers the queue's part first.
 func (e *labEnv) run(d *driver) {
+	if e.partSize != 0 {
+		if err := e.cl.RegisterPart(d.q.ID()); err != nil {
+			d.fail(err)
+			close(d.done)
+			return
+		}
+	}
 	go func() {
 		e.runErr <- d.q.Run(func(q *ClientQueue) {
 			for _, s := range d.slots {
@@ -382,6 +405,57 @@ func TestLabReadWrite(t *testing.T) {
 		t.Errorf("only %d requests", ops)
 	}
 	e.logStats(t)
+}
+
+// TestLabRegionParts runs a client whose region is registered part by
+// part (ClientConfig.RegionPartSize), one part per queue: a request into a
+// part not yet registered is refused, and a part registered while a path
+// is down is registered on it when it reconnects (the queue using that
+// part then carries I/O on both paths, data checked).
+func TestLabRegionParts(t *testing.T) {
+	e := startLabParts(t, 2, 2, 1, 4, 200*time.Millisecond)
+	if n := e.cl.RegionParts(); n != 2 {
+		t.Fatalf("%d region parts, want 2", n)
+	}
+	e.waitOps(t, 100, 20*time.Second)
+
+	part1 := e.drivers[1].slots[0].buf
+	got := make(chan error, 1)
+	e.cl.Queue(0).Do(func(q *ClientQueue) {
+		got <- q.Submit(&Request{Write: true, Usr: make([]byte, 8), Data: part1, Done: func(*Request, int) {}})
+	})
+	if err := <-got; !errors.Is(err, syscall.EINVAL) {
+		t.Errorf("a request into an unregistered part: %v, want EINVAL", err)
+	}
+
+	// Part 1 is registered while path 0 is down: path 0's next connection
+	// set must register it too.
+	if err := e.cl.DisconnectPath(0); err != nil {
+		t.Fatal(err)
+	}
+	e.waitState(t, 0, "disconnected", 20*time.Second)
+	e.run(e.drivers[1])
+	e.waitOps(t, 100, 20*time.Second)
+	onSrv1 := e.backend.served(srv1)
+	if err := e.cl.ReconnectPath(0); err != nil {
+		t.Fatal(err)
+	}
+	e.waitState(t, 0, "connected", 30*time.Second)
+	fo := e.failovers()
+	e.waitServed(t, srv1, onSrv1, 20*time.Second)
+	before := e.drivers[1].ops.Load()
+	e.waitOps(t, 200, 20*time.Second)
+	if e.drivers[1].ops.Load() == before {
+		t.Error("the queue of part 1 made no progress after path 0 came back")
+	}
+	// Had path 0's new set lacked part 1, its first request from queue 1
+	// would have failed the set and failed over.
+	if n := e.failovers() - fo; n != 0 || e.pathState(0) != "connected" {
+		t.Errorf("after path 0 came back: %d requests failed over, path 0 %s", n, e.pathState(0))
+	}
+	if n := e.stopAndCheck(t); n == 0 {
+		t.Error("no requests completed")
+	}
 }
 
 func TestLabFailoverReconnect(t *testing.T) {

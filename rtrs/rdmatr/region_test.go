@@ -2,30 +2,56 @@ package rdmatr
 
 import "testing"
 
-func TestRegionOffset(t *testing.T) {
-	region := make([]byte, 4096)
+func TestRegionPart(t *testing.T) {
+	region := make([]byte, 10000)
 	other := make([]byte, 16)
-	cases := []struct {
-		b    []byte
-		off  int
-		okay bool
-	}{
-		{region[:10], 0, true},
-		{region[100:200], 100, true},
-		{region[4000:4096], 4000, true},
-		{region[4096:], 0, true}, // empty
-		{nil, 0, true},
-		{other, 0, false},
-		{region[4095:4096], 4095, true},
+	c := &Client{region: region}
+	if err := c.splitRegion(4096); err != nil || c.RegionParts() != 3 {
+		t.Fatalf("split 10000 bytes in parts of 4096: %v, %d parts", err, c.RegionParts())
 	}
-	for i, c := range cases {
-		off, ok := regionOffset(region, c.b)
-		if ok != c.okay || (ok && off != c.off) {
-			t.Errorf("case %d: got (%d, %v), want (%d, %v)", i, off, ok, c.off, c.okay)
+	c.parts[1].Store(true) // only the middle part is registered
+	c.parts[2].Store(true)
+	cases := []struct {
+		b         []byte
+		part, off int
+		okay      bool
+	}{
+		{region[4096:4106], 1, 0, true},
+		{region[5000:8192], 1, 904, true},
+		{region[8192:10000], 2, 0, true},    // the last, shorter part
+		{region[100:200], 0, 100, false},    // part 0 is not registered
+		{region[8000:8300], 1, 3904, false}, // straddles parts 1 and 2
+		{region[10000:], 0, 0, true},        // empty
+		{nil, 0, 0, true},
+		{other, 0, 0, false},
+		{region[9999:10000], 2, 1807, true},
+	}
+	for i, tc := range cases {
+		part, off, ok := c.regionPart(tc.b)
+		if ok != tc.okay || (ok && len(tc.b) > 0 && (part != tc.part || off != tc.off)) {
+			t.Errorf("case %d: got (%d, %d, %v), want (%d, %d, %v)", i, part, off, ok, tc.part, tc.off, tc.okay)
 		}
 	}
-	if _, ok := regionOffset(region[:100], region[50:150]); ok {
+	if err := c.RegisterPart(3); err == nil {
+		t.Error("RegisterPart(3) of 3 parts succeeded")
+	}
+	// Without a set (no path connected) registering is only bookkeeping.
+	if err := c.RegisterPart(0); err != nil || !c.parts[0].Load() {
+		t.Errorf("RegisterPart(0) with no set: %v", err)
+	}
+
+	whole := &Client{region: region[:100]}
+	if err := whole.splitRegion(0); err != nil || whole.RegionParts() != 1 {
+		t.Fatalf("whole region: %v, %d parts", err, whole.RegionParts())
+	}
+	if _, off, ok := whole.regionPart(region[50:100]); !ok || off != 50 {
+		t.Errorf("whole region: got (%d, %v)", off, ok)
+	}
+	if _, _, ok := whole.regionPart(region[50:150]); ok {
 		t.Error("a range running past the region's end was accepted")
+	}
+	if err := whole.splitRegion(-1); err == nil {
+		t.Error("a negative part size was accepted")
 	}
 }
 
