@@ -20,9 +20,45 @@ type Client struct {
 	ver uint8
 }
 
+// DialOption sets an option of a session being dialled.
+type DialOption func(*dialOptions)
+
+type dialOptions struct {
+	maxDevices int
+}
+
+// DefaultMaxDevices is how many devices a session maps at a time unless
+// WithMaxDevices says otherwise.
+const DefaultMaxDevices = 4
+
+// MaxDevicesLimit bounds WithMaxDevices.
+const MaxDevicesLimit = 64
+
+// WithMaxDevices sets how many devices the session maps at a time (1 to
+// MaxDevicesLimit; default DefaultMaxDevices). Each device has a block of
+// per-CPU RTRS connections of its own, made when the session is dialled,
+// so each one more costs a connection per CPU and path; over RDMA a
+// block's buffers are registered only when a device first uses it.
+func WithMaxDevices(n int) DialOption { return func(o *dialOptions) { o.maxDevices = n } }
+
+func applyDialOptions(opts []DialOption) (dialOptions, error) {
+	o := dialOptions{maxDevices: DefaultMaxDevices}
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.maxDevices < 1 || o.maxDevices > MaxDevicesLimit {
+		return o, fmt.Errorf("rnbd: %d devices per session, want 1..%d: %w", o.maxDevices, MaxDevicesLimit, syscall.EINVAL)
+	}
+	return o, nil
+}
+
 // DialTCP opens an RNBD session over RTRS/TCP and exchanges session info.
-func DialTCP(ctx context.Context, cfg tcp.ClientConfig) (*Client, error) {
-	t, err := dialTCP(ctx, cfg)
+func DialTCP(ctx context.Context, cfg tcp.ClientConfig, opts ...DialOption) (*Client, error) {
+	o, err := applyDialOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	t, err := dialTCP(ctx, cfg, o.maxDevices)
 	if err != nil {
 		return nil, err
 	}
@@ -31,9 +67,13 @@ func DialTCP(ctx context.Context, cfg tcp.ClientConfig) (*Client, error) {
 
 // DialRDMA opens an RNBD session over RTRS/RDMA and exchanges session
 // info. The session registers the memory its devices' buffers come from
-// (cfg.Region is ignored); it maps at most 4 devices of depth ≤ 128.
-func DialRDMA(ctx context.Context, cfg rdmatr.ClientConfig) (*Client, error) {
-	t, err := dialRDMA(ctx, cfg)
+// (cfg.Region is ignored); its devices have a depth of at most 128.
+func DialRDMA(ctx context.Context, cfg rdmatr.ClientConfig, opts ...DialOption) (*Client, error) {
+	o, err := applyDialOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	t, err := dialRDMA(ctx, cfg, o.maxDevices)
 	if err != nil {
 		return nil, err
 	}
@@ -61,6 +101,9 @@ func (c *Client) Paths() []PathStatus { return c.t.paths() }
 
 // Close ends the session; mapped devices must be unmapped first.
 func (c *Client) Close() error { return c.t.close() }
+
+// MaxDevices returns how many devices the session maps at a time.
+func (c *Client) MaxDevices() int { return c.t.maxDevices() }
 
 // Queues returns the number of queues that each device of the session
 // has: one per CPU unless the session was dialled with fewer or more.

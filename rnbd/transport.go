@@ -29,6 +29,8 @@ type transport interface {
 	acquire(bufBytes int) (block int, bufs []byte, err error)
 	// release returns what acquire reserved.
 	release(block int)
+	// maxDevices is how many blocks there are.
+	maxDevices() int
 	// queue binds queue i of a block to a ublk queue's ring: block
 	// requests go out on it and their completions come back through it.
 	// It is called on the ublk queue's thread, whose id is tid.
@@ -81,15 +83,16 @@ type PathStatus struct {
 
 func numCPU() int { return runtime.NumCPU() }
 
-// maxDevices is how many devices one session maps at a time: each has a
-// block of per-CPU RTRS queues of its own.
-const maxDevices = 4
-
-// blocks hands out queue blocks.
+// blocks hands out queue blocks: each mapped device has a block of
+// per-CPU RTRS queues of its own.
 type blocks struct {
 	mu   sync.Mutex
-	used [maxDevices]bool
+	used []bool
 }
+
+func newBlocks(n int) blocks { return blocks{used: make([]bool, n)} }
+
+func (b *blocks) maxDevices() int { return len(b.used) }
 
 func (b *blocks) get() (int, error) {
 	b.mu.Lock()
@@ -100,7 +103,7 @@ func (b *blocks) get() (int, error) {
 			return i, nil
 		}
 	}
-	return 0, fmt.Errorf("rnbd: a session maps at most %d devices at a time; map more under another session name: %w", maxDevices, syscall.ENOSPC)
+	return 0, fmt.Errorf("rnbd: the session maps at most %d devices at a time; map more under another session name: %w", len(b.used), syscall.ENOSPC)
 }
 
 func (b *blocks) put(i int) {

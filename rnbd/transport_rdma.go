@@ -11,8 +11,8 @@ import (
 )
 
 // RDMA sessions have one memory region for everything their requests
-// carry: a part per device (block) for the tag buffers of up to maxDevices
-// mapped devices (each with up to rdmaMaxDepth tags of up to
+// carry: a part per device (block) for the tag buffers of up to
+// maxDevices() mapped devices (each with up to rdmaMaxDepth tags of up to
 // rdmaMaxTagBytes per queue), and a last part, a page, for admin answers.
 // Registered memory is pinned: a block's part is registered when a device
 // first takes the block (and then stays registered while the session
@@ -36,7 +36,7 @@ type rdmaTransport struct {
 	threads queueThreads // per RTRS queue, the thread driving it
 }
 
-func dialRDMA(ctx context.Context, cfg rdmatr.ClientConfig) (*rdmaTransport, error) {
+func dialRDMA(ctx context.Context, cfg rdmatr.ClientConfig, maxDevices int) (*rdmaTransport, error) {
 	n := cfg.Queues
 	if n <= 0 {
 		n = numCPU()
@@ -52,7 +52,7 @@ func dialRDMA(ctx context.Context, cfg rdmatr.ClientConfig) (*rdmaTransport, err
 		c.Close()
 		return nil, err
 	}
-	t := &rdmaTransport{c: c, n: n, slot: slot, adminQ: c.Queue(n * maxDevices), threads: make(queueThreads, n*maxDevices)}
+	t := &rdmaTransport{c: c, n: n, slot: slot, blocks: newBlocks(maxDevices), adminQ: c.Queue(n * maxDevices), threads: make(queueThreads, n*maxDevices)}
 	go t.adminQ.Run(nil)
 	return t, nil
 }
@@ -69,7 +69,7 @@ func (t *rdmaTransport) call(ctx context.Context, write bool, usr []byte, respLe
 	defer t.admin.Unlock()
 	var data []byte
 	if respLen > 0 {
-		data = t.c.Region()[maxDevices*t.slot:][:respLen]
+		data = t.c.Region()[t.maxDevices()*t.slot:][:respLen]
 	}
 	done := make(chan int, 1)
 	r := &rdmatr.Request{Write: write, Usr: usr, Data: data, Done: func(_ *rdmatr.Request, e int) { done <- e }}

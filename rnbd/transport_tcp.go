@@ -16,7 +16,7 @@ type tcpTransport struct {
 	blocks
 }
 
-func dialTCP(ctx context.Context, cfg tcp.ClientConfig) (*tcpTransport, error) {
+func dialTCP(ctx context.Context, cfg tcp.ClientConfig, maxDevices int) (*tcpTransport, error) {
 	n := cfg.Queues
 	if n <= 0 {
 		n = numCPU()
@@ -27,7 +27,7 @@ func dialTCP(ctx context.Context, cfg tcp.ClientConfig) (*tcpTransport, error) {
 		return nil, err
 	}
 	go c.Admin().Run(nil)
-	return &tcpTransport{c: c, n: n}, nil
+	return &tcpTransport{c: c, n: n, blocks: newBlocks(maxDevices)}, nil
 }
 
 func (t *tcpTransport) acquire(int) (int, []byte, error) {

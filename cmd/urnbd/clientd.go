@@ -39,9 +39,11 @@ type clientRequest struct {
 	Op     string   `json:"op"` // map, unmap, list, stats, path, session-set
 	Spec   *mapSpec `json:"spec,omitempty"`
 	Queues int      `json:"queues,omitempty"`
-	Depth  int      `json:"depth,omitempty"`
-	Device uint32   `json:"device,omitempty"`
-	Force  bool     `json:"force,omitempty"`
+	// SessionDevices is --session-devices: 0 when not given.
+	SessionDevices int    `json:"session_devices,omitempty"`
+	Depth          int    `json:"depth,omitempty"`
+	Device         uint32 `json:"device,omitempty"`
+	Force          bool   `json:"force,omitempty"`
 	// path and session-set requests
 	Session string `json:"session,omitempty"`
 	PathOp  string `json:"path_op,omitempty"`
@@ -139,7 +141,11 @@ func mapDevice(c *cli.Context, spec *mapSpec) error {
 	if c.Bool("no-bpf") {
 		args = append(args, "--no-bpf")
 	}
-	rep, err := ask(&clientRequest{Op: "map", Spec: spec, Queues: c.Int("queues"), Depth: c.Int("depth")}, true, args...)
+	req := &clientRequest{Op: "map", Spec: spec, Queues: c.Int("queues"), Depth: c.Int("depth")}
+	if c.IsSet("session-devices") {
+		req.SessionDevices = c.Int("session-devices")
+	}
+	rep, err := ask(req, true, args...)
 	if err != nil {
 		return err
 	}
@@ -227,7 +233,7 @@ const defaultTransport = "tcp"
 // session's may have changed since, by path add and remove); a transport
 // or queue count that differs from the session's is an error rather than
 // silently not what was asked for. It fills in the session's transport.
-func (s *daemonSession) fits(spec *mapSpec, queues int) error {
+func (s *daemonSession) fits(spec *mapSpec, queues, devices int) error {
 	if spec.Transport != "" && spec.Transport != s.spec.Transport {
 		return fmt.Errorf("map: session %s runs over %s, not %s; map with another sessname for %s: %w",
 			s.spec.SessName, s.spec.Transport, spec.Transport, spec.Transport, unix.EINVAL)
@@ -236,8 +242,20 @@ func (s *daemonSession) fits(spec *mapSpec, queues int) error {
 		return fmt.Errorf("map: session %s has %d queues, not %d; map with another sessname for %d: %w",
 			s.spec.SessName, n, queues, queues, unix.EINVAL)
 	}
+	if n := s.client.MaxDevices(); devices != 0 && devices != n {
+		return fmt.Errorf("map: session %s maps up to %d devices, not %d; map with another sessname for %d: %w",
+			s.spec.SessName, n, devices, devices, unix.EINVAL)
+	}
 	spec.Transport = s.spec.Transport
 	return nil
+}
+
+// sessionOptions are the options of a session that a map request makes.
+func sessionOptions(req *clientRequest) []rnbd.DialOption {
+	if req.SessionDevices == 0 {
+		return nil
+	}
+	return []rnbd.DialOption{rnbd.WithMaxDevices(req.SessionDevices)}
 }
 
 type daemonDevice struct {
@@ -365,7 +383,7 @@ func (d *clientDaemon) mapDev(req *clientRequest) (string, error) {
 	defer cancel()
 	sess := d.sessions[spec.SessName]
 	if sess != nil {
-		if err := sess.fits(spec, req.Queues); err != nil {
+		if err := sess.fits(spec, req.Queues, req.SessionDevices); err != nil {
 			return "", err
 		}
 	} else {
@@ -383,13 +401,13 @@ func (d *clientDaemon) mapDev(req *clientRequest) (string, error) {
 			for _, p := range spec.Paths {
 				cfg.Paths = append(cfg.Paths, rdmatr.PathAddr{Src: p.Src, Dst: net.JoinHostPort(p.Dst, strconv.Itoa(p.Port))})
 			}
-			client, err = rnbd.DialRDMA(ctx, cfg)
+			client, err = rnbd.DialRDMA(ctx, cfg, sessionOptions(req)...)
 		default:
 			cfg := tcp.ClientConfig{SessName: spec.SessName, Queues: req.Queues, Policy: rtrs.MinInflight, MaxReconnectAttempts: -1}
 			for _, p := range spec.Paths {
 				cfg.Paths = append(cfg.Paths, tcp.PathAddr{Src: p.Src, Dst: net.JoinHostPort(p.Dst, strconv.Itoa(p.Port))})
 			}
-			client, err = rnbd.DialTCP(ctx, cfg)
+			client, err = rnbd.DialTCP(ctx, cfg, sessionOptions(req)...)
 		}
 		if err != nil {
 			return "", fmt.Errorf("map: session %s to %v: %w", spec.SessName, spec.Paths, err)

@@ -99,6 +99,18 @@ func TestLabCLIMapOverTCP(t *testing.T) {
 	}
 	c.must("unmap", dev3)
 
+	// A session made for one device maps no second one.
+	one := c.must("map", "--session-devices", "1", "sessname=one", "dest_port="+port, "path=ip:127.0.0.1", "device_path=c.img", "access_mode=ro")
+	out, err = c.run("map", "sessname=one", "device_path=b.img", "access_mode=ro")
+	if exitCodeOf(err) != int(syscall.ENOSPC) || !strings.Contains(out, "at most 1 devices") {
+		t.Errorf("a second device in a session of one: %v %s; want ENOSPC", err, out)
+	}
+	out, err = c.run("map", "--session-devices", "2", "sessname=one", "device_path=b.img", "access_mode=ro")
+	if exitCodeOf(err) != int(syscall.EINVAL) {
+		t.Errorf("another device count for an existing session: %v %s; want EINVAL", err, out)
+	}
+	c.must("unmap", one)
+
 	dev2 := c.must("client", "device", "map", "b.img", "from", "127.0.0.1", "dest_port="+port, "access_mode=ro")
 	t.Cleanup(func() { c.run("unmap", "--force", dev2) })
 	var entries []struct {

@@ -127,6 +127,7 @@ func runServer(c *cli.Context) error {
 var mapFlags = append([]cli.Flag{
 	&cli.IntFlag{Name: "queues", Usage: "ublk queues of each device of a new session, each with its RTRS connection per path; 0 = one per CPU"},
 	&cli.IntFlag{Name: "depth", Value: ublk.DefaultQueueDepth, Usage: "requests in flight per queue"},
+	&cli.IntFlag{Name: "session-devices", Value: rnbd.DefaultMaxDevices, Usage: fmt.Sprintf("devices a new session maps at a time, 1..%d: each has its own RTRS connection per queue and path", rnbd.MaxDevicesLimit)},
 	&cli.StringFlag{Name: "transport", Value: defaultTransport, Usage: "rdma or tcp, for a new session (also transport= in the map string)"},
 }, daemonFlags...)
 
@@ -165,11 +166,11 @@ func mapCommand() *cli.Command {
 		Description: "The map string is the kernel's (echo ... > /sys/class/rnbd-client/ctl/map_device), plus\n" +
 			"transport=rdma|tcp; --sessname, --path, --device-path, --access-mode and --dest-port say the same.\n" +
 			"A device of an existing session needs no path= or dest_port= (ignored, as by the kernel); its\n" +
-			"transport= and --queues, if given, must be the session's. A session maps up to 4 devices.\n" +
-			"Prints the new device, /dev/ublkbN. Errors: EINVAL (bad map string, or not the session's transport\n" +
-			"or queues), EEXIST (already mapped), ENOENT (no such device on the server), ENXIO (no such session\n" +
+			"transport=, --queues and --session-devices, if given, must be the session's.\n" +
+			"Prints the new device, /dev/ublkbN. Errors: EINVAL (bad map string, or not the session's transport,\n" +
+			"queues or devices), EEXIST (already mapped), ENOENT (no such device on the server), ENXIO (no such session\n" +
 			"and no path=), EPERM (a second rw mapping of the device; use migration), ENOSPC (the session maps\n" +
-			"4 devices already; use another sessname).\n" +
+			"--session-devices devices already; use another sessname).\n" +
 			"--metrics-listen and --no-bpf apply when map starts the client daemon.",
 		Flags: append(append([]cli.Flag{}, mapStringFlags...), mapFlags...),
 		Action: func(c *cli.Context) error {
