@@ -53,7 +53,8 @@ type ClientConfig struct {
 	// keeps it mapped until Close has returned. If nil, DialClient maps
 	// RegionSize bytes itself (see Client.Region) and unmaps them at Close.
 	// The region is registered (local write, remote write) with the
-	// device of every path; one rkey per path serves all read buffers.
+	// device of every path; one rkey per path (and part, see
+	// RegionPartSize) serves all read buffers.
 	Region     []byte
 	RegionSize int
 	// RegionPartSize, if not 0, splits the region into parts of that many
