@@ -80,6 +80,16 @@ type ClientConfig struct {
 	Timeout time.Duration
 	// Logf, if set, receives a line for every path failure and why.
 	Logf func(format string, args ...any)
+	// OnLinkEvent, if set, is told when the session loses its last
+	// connected path and when a path comes back after that, with the
+	// number of such reconnects (rtrs.Link). It runs on a path goroutine
+	// and must not block.
+	OnLinkEvent func(ev rtrs.LinkEvent, gen uint64)
+	// HoldIOOnReconnect: after such a reconnect the queues send no
+	// request until ResumeIO (queues marked with ClientQueue.Unheld
+	// excepted), so that the user can set up again what a restarted
+	// server lost (RNBD reopens its devices).
+	HoldIOOnReconnect bool
 }
 
 // Client is an RTRS client session over RDMA: its paths, each with one IO
@@ -89,6 +99,7 @@ type Client struct {
 	params    Params
 	queueSet  *rtrs.QueueSet // permits, shared by the queues
 	pathsUUID rtrs.UUID
+	link      *rtrs.Link
 	region    []byte
 	ownRegion bool
 	partSize  int           // bytes per region part: RegionPartSize, or the whole region
@@ -115,7 +126,7 @@ type clientPath struct {
 	addr     PathAddr
 	src, dst netip.AddrPort
 	uuid     rtrs.UUID
-	state    atomic.Int32
+	state    rtrs.PathState
 	stats    *rtrs.ClientPathStats
 	hbMissed atomic.Int32
 	rtt      atomic.Int64
@@ -173,7 +184,7 @@ func DialClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	t := rtrs.ClientTimers{ReconnectDelay: cfg.ReconnectDelay, HeartbeatInterval: cfg.HeartbeatInterval,
 		MissedHeartbeats: cfg.MissedHeartbeats, Timeout: cfg.Timeout}.WithDefaults()
 	cfg.ReconnectDelay, cfg.HeartbeatInterval, cfg.MissedHeartbeats, cfg.Timeout = t.ReconnectDelay, t.HeartbeatInterval, t.MissedHeartbeats, t.Timeout
-	c := &Client{cfg: cfg, ready: make(chan struct{}), region: cfg.Region}
+	c := &Client{cfg: cfg, ready: make(chan struct{}), region: cfg.Region, link: rtrs.NewLink(cfg.HoldIOOnReconnect, cfg.OnLinkEvent)}
 	_ = c.maxRecon.Set(cfg.MaxReconnectAttempts) // checked by CheckClientSession
 	if c.region == nil {
 		if cfg.RegionSize <= 0 {
@@ -223,6 +234,7 @@ func DialClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 
 func (c *Client) newPath(i int, a PathAddr) (*clientPath, error) {
 	p := &clientPath{c: c, idx: i, addr: a, stats: rtrs.NewClientPathStats(0), first: make(chan error, 1)}
+	p.state.Bind(c.link)
 	var err error
 	if p.dst, err = parseAddr(a.Dst, rtrs.DefaultPort); err != nil {
 		return nil, err
@@ -250,6 +262,15 @@ func (c *Client) Queues() int { return len(c.queues) }
 
 // Queue returns queue i (0..Queues-1).
 func (c *Client) Queue(i int) *ClientQueue { return c.queues[i] }
+
+// ResumeIO lets the queues send again after reconnect gen
+// (ClientConfig.HoldIOOnReconnect). It does nothing for an older
+// reconnect than the last.
+func (c *Client) ResumeIO(gen uint64) {
+	if c.link.Resume(gen) {
+		c.wakeQueues()
+	}
+}
 
 // Permits returns the session's permit pool.
 func (c *Client) Permits() *rtrs.Permits { return c.queueSet.Permits() }

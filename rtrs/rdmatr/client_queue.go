@@ -34,6 +34,7 @@ type ClientQueue struct {
 	udBase uint64
 	policy rtrs.MPPolicy
 	rr     int
+	unheld bool // sends while the session's IO is held (Unheld)
 
 	slots []*qconn // by path index
 	reqs  *rtrs.RequestQueue[*qconn]
@@ -116,6 +117,9 @@ type carrier struct{ q *ClientQueue }
 
 func (k carrier) Pick(skip int) (*qconn, bool) {
 	q := k.q
+	if !q.unheld && q.c.link.Held() {
+		return nil, false // ResumeIO wakes the queue
+	}
 	i := rtrs.Select(q.policy, q.slots, &q.rr, skip)
 	if i < 0 {
 		return nil, false
@@ -351,6 +355,11 @@ func (q *ClientQueue) attachConn(pc *pathConns, cn *conn) {
 func (qc *qconn) Usable() bool    { return qc != nil && !qc.dead && qc.path.Usable() }
 func (qc *qconn) Inflight() int64 { return qc.path.Inflight() }
 func (qc *qconn) Latency() int64  { return qc.path.Latency() }
+
+// Unheld marks the queue as one that sends while the session's IO is held
+// after a reconnect (ClientConfig.HoldIOOnReconnect): the queue of the
+// messages that set the session up again. Call it before the queue runs.
+func (q *ClientQueue) Unheld() { q.unheld = true }
 
 // Submit sends r. It never blocks: without a free permit or a usable path
 // the request waits in the queue, and is sent when a permit is returned or

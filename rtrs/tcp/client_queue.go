@@ -27,6 +27,7 @@ type ClientQueue struct {
 	udBase uint64
 	policy rtrs.MPPolicy
 	rr     int
+	unheld bool // the admin queue: sends while the session's IO is held
 
 	slots   []*qconn // by path index; nil where the path has no connection here
 	reqs    *rtrs.RequestQueue[*qconn]
@@ -65,6 +66,7 @@ type qmsg struct {
 	kind   qmsgKind
 	path   *clientPath
 	fd     int
+	gen    uint64 // msgAttach: the path's connect the connection belongs to
 	policy rtrs.MPPolicy
 	do     func(*ClientQueue)
 }
@@ -73,6 +75,7 @@ type qmsg struct {
 type qconn struct {
 	q      *ClientQueue
 	path   *clientPath
+	gen    uint64 // the path's connect it belongs to (clientPath.connGen)
 	slot   int
 	fd     int
 	dec    *Decoder
@@ -121,6 +124,9 @@ type carrier struct{ q *ClientQueue }
 
 func (k carrier) Pick(skip int) (*qconn, bool) {
 	q := k.q
+	if !q.unheld && q.c.link.Held() {
+		return nil, false // ResumeIO wakes the queue
+	}
 	i := rtrs.Select(q.policy, q.slots, &q.rr, skip)
 	if i < 0 {
 		return nil, false
@@ -317,7 +323,7 @@ func (q *ClientQueue) slotConn(ud uint64) *qconn {
 func (q *ClientQueue) handleMsg(m qmsg) {
 	switch m.kind {
 	case msgAttach:
-		q.attachConn(m.path, m.fd)
+		q.attachConn(m.path, m.fd, m.gen)
 	case msgDetach:
 		if m.path.idx < len(q.slots) {
 			if qc := q.slots[m.path.idx]; qc != nil && qc.path == m.path {
@@ -338,14 +344,14 @@ func (q *ClientQueue) handleMsg(m qmsg) {
 	}
 }
 
-func (q *ClientQueue) attachConn(p *clientPath, fd int) {
+func (q *ClientQueue) attachConn(p *clientPath, fd int, gen uint64) {
 	for len(q.slots) <= p.idx {
 		q.slots = append(q.slots, nil)
 	}
 	if old := q.slots[p.idx]; old != nil {
 		q.fail(old)
 	}
-	qc := &qconn{q: q, path: p, slot: p.idx, fd: fd, dec: NewDecoder(ToClient), rbuf: make([]byte, 256<<10)}
+	qc := &qconn{q: q, path: p, gen: gen, slot: p.idx, fd: fd, dec: NewDecoder(ToClient), rbuf: make([]byte, 256<<10)}
 	qc.dec.SetSession(q.c.params.Codec, qc)
 	q.slots[p.idx] = qc
 	q.armRecv(qc)
@@ -585,7 +591,11 @@ func (q *ClientQueue) fail(qc *qconn) {
 	}
 	qc.dead = true
 	unix.Shutdown(qc.fd, unix.SHUT_RDWR)
-	qc.path.report(cmdFailed)
+	if qc.gen == qc.path.connGen.Load() {
+		// Not when the path took its connections back itself (detach):
+		// a late report would fail the path's next connect.
+		qc.path.report(cmdFailed)
+	}
 	qc.sendq.Clear()
 	if qc.recvOn && qc.direct {
 		qc.failOver = true // when the RECV ends: see qconn.failOver

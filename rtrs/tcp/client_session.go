@@ -46,6 +46,16 @@ type ClientConfig struct {
 	MissedHeartbeats  int
 	// Timeout bounds each connection's setup; default rtrs.ConnectTimeout.
 	Timeout time.Duration
+	// OnLinkEvent, if set, is told when the session loses its last
+	// connected path and when a path comes back after that, with the
+	// number of such reconnects (rtrs.Link). It runs on a path goroutine
+	// and must not block.
+	OnLinkEvent func(ev rtrs.LinkEvent, gen uint64)
+	// HoldIOOnReconnect: after such a reconnect the queues send no
+	// request until ResumeIO (the admin queue excepted), so that the
+	// user can set up again what a restarted server lost (RNBD reopens
+	// its devices).
+	HoldIOOnReconnect bool
 }
 
 // PathAddr is one path: Dst is the server's "host:port", Src optionally
@@ -72,6 +82,7 @@ type Client struct {
 	params    Params
 	queueSet  *rtrs.QueueSet // permits, shared by the queues
 	queues    []*ClientQueue
+	link      *rtrs.Link
 
 	mu     sync.Mutex // control plane: paths, closing
 	paths  []*clientPath
@@ -88,7 +99,8 @@ type clientPath struct {
 	idx      int
 	addr     PathAddr
 	sessUUID rtrs.UUID
-	state    atomic.Int32
+	state    rtrs.PathState
+	connGen  atomic.Uint64 // counts the path's connects and detaches: queues report failures of the current connect only
 	rttNS    atomic.Int64
 	connErr  rtrs.ConnectError // why the last connect attempt failed
 	stats    *rtrs.ClientPathStats
@@ -162,7 +174,7 @@ func DialClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	c := &Client{cfg: cfg, pathsUUID: newUUID()}
+	c := &Client{cfg: cfg, pathsUUID: newUUID(), link: rtrs.NewLink(cfg.HoldIOOnReconnect, cfg.OnLinkEvent)}
 	_ = c.maxRecon.Set(cfg.MaxReconnectAttempts) // checked by setDefaults
 	var first error
 	var conns [][]*ClientConn
@@ -196,6 +208,9 @@ func DialClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		}
 		c.queues = append(c.queues, q)
 	}
+	if cfg.AdminQueue {
+		c.queues[cfg.Queues].unheld = true
+	}
 	for i, p := range c.paths {
 		c.wg.Add(1)
 		go p.run(conns[i])
@@ -217,6 +232,7 @@ func (c *Client) newPath(idx int, a PathAddr) *clientPath {
 // newPathLocked is newPath with c.mu held.
 func (c *Client) newPathLocked(idx int, a PathAddr) *clientPath {
 	p := &clientPath{c: c, idx: idx, addr: a, sessUUID: newUUID(), kick: make(chan pathCmd, 1)}
+	p.state.Bind(c.link)
 	p.state.Store(PathStateConnecting)
 	p.stats = rtrs.NewClientPathStats(c.cfg.Queues)
 	c.paths = append(c.paths, p)
@@ -238,6 +254,15 @@ func (c *Client) Admin() *ClientQueue {
 		return nil
 	}
 	return c.queues[c.cfg.Queues]
+}
+
+// ResumeIO lets the queues send again after reconnect gen
+// (ClientConfig.HoldIOOnReconnect). It does nothing for an older
+// reconnect than the last.
+func (c *Client) ResumeIO(gen uint64) {
+	if c.link.Resume(gen) {
+		c.wakeQueues()
+	}
 }
 
 // Permits returns the session's permit pool (its in-use count is the
@@ -514,13 +539,14 @@ func (p *clientPath) attach(conns []*ClientConn) error {
 		cc.Close() // the queues own duplicates of the sockets
 	}
 	p.svc = conns[0]
+	gen := p.connGen.Add(1)
 	p.state.Store(PathStateConnected)
 	for i, q := range p.c.queues {
 		// A connection of this path that a queue has not taken yet (no
 		// loop drives it: RNBD's queues of an unmapped device) belongs
 		// to an earlier connect, which failed: close it rather than let
 		// every reconnect add one more.
-		q.mbox.Replace(qmsg{kind: msgAttach, path: p, fd: fds[i]},
+		q.mbox.Replace(qmsg{kind: msgAttach, path: p, fd: fds[i], gen: gen},
 			func(old qmsg) bool { return old.kind == msgAttach && old.path == p },
 			func(old qmsg) { unix.Close(old.fd) })
 	}
@@ -537,6 +563,7 @@ func (p *clientPath) detach() {
 	if p.state.Load() == PathStateConnected {
 		p.state.Store(PathStateReconnecting)
 	}
+	p.connGen.Add(1)
 	for _, q := range p.c.queues {
 		q.post(qmsg{kind: msgDetach, path: p})
 	}

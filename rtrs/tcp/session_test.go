@@ -199,12 +199,24 @@ func (p *proxy) kill() {
 
 func dialTest(t *testing.T, policy rtrs.MPPolicy, queues int, dsts ...string) *Client {
 	t.Helper()
+	return dialTestConfig(t, testConfig(policy, queues, dsts...))
+}
+
+// testConfig is the client configuration of dialTest.
+func testConfig(policy rtrs.MPPolicy, queues int, dsts ...string) ClientConfig {
 	cfg := ClientConfig{SessName: "test", Queues: queues, Policy: policy, MaxReconnectAttempts: -1,
 		ReconnectDelay: 50 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond, MissedHeartbeats: 5,
 		Timeout: 2 * time.Second}
 	for _, d := range dsts {
 		cfg.Paths = append(cfg.Paths, PathAddr{Dst: d})
 	}
+	return cfg
+}
+
+// dialTestConfig dials cfg and runs its queues (the admin queue too)
+// until the test ends.
+func dialTestConfig(t *testing.T, cfg ClientConfig) *Client {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c, err := DialClient(ctx, cfg)
@@ -213,14 +225,21 @@ func dialTest(t *testing.T, policy rtrs.MPPolicy, queues int, dsts ...string) *C
 	}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
+	queues := []*ClientQueue{}
 	for i := 0; i < c.Queues(); i++ {
+		queues = append(queues, c.Queue(i))
+	}
+	if a := c.Admin(); a != nil {
+		queues = append(queues, a)
+	}
+	for _, q := range queues {
 		wg.Add(1)
 		go func(q *ClientQueue) {
 			defer wg.Done()
 			if err := q.Run(nil); err != nil {
 				t.Error(err)
 			}
-		}(c.Queue(i))
+		}(q)
 	}
 	go func() { wg.Wait(); close(done) }()
 	t.Cleanup(func() {
@@ -469,6 +488,82 @@ func TestSessionReconnectsAfterServerRestart(t *testing.T) {
 	}
 	if got := string(p.Stats.AppendRdma(nil)); !strings.HasSuffix(got, " 0 0\n") {
 		t.Errorf("stats/rdma %q: want nothing in flight and no failover on a single path", got)
+	}
+}
+
+// TestSessionHoldsIOAfterServerRestart restarts the server under a client
+// that holds IO on reconnect (as RNBD does, to reopen its devices first):
+// the link events come, requests wait while held though the path is up,
+// the admin queue is not held, a Resume for an older reconnect changes
+// nothing, and the requests complete, data checked, once resumed.
+func TestSessionHoldsIOAfterServerRestart(t *testing.T) {
+	b := newMemBackend(16 << 20)
+	srv, addr := startIOServer(t, b, "127.0.0.1:0")
+	events := make(chan rtrs.LinkEvent, 8)
+	var gen atomic.Uint64
+	cfg := testConfig(rtrs.MinInflight, 2, addr)
+	cfg.AdminQueue, cfg.HoldIOOnReconnect = true, true
+	t0 := time.Now()
+	cfg.OnLinkEvent = func(ev rtrs.LinkEvent, g uint64) {
+		t.Logf("%v: link %v, reconnect %d", time.Since(t0).Round(time.Millisecond), ev, g)
+		gen.Store(g)
+		select {
+		case events <- ev:
+		default: // the callback must not block
+		}
+	}
+	c := dialTestConfig(t, cfg)
+	for _, v := range runVerifiers(c, 4, 4096, 5) {
+		v.wait(t, 20*time.Second)
+	}
+	waitEvent := func(want rtrs.LinkEvent) {
+		t.Helper()
+		select {
+		case ev := <-events:
+			if ev != want {
+				t.Fatalf("link event %v, want %v", ev, want)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no link event %v; paths %+v", want, c.Paths())
+		}
+	}
+	srv.Close()
+	waitEvent(rtrs.LinkDisconnected)
+	startIOServer(t, b, addr)
+	waitEvent(rtrs.LinkReconnected)
+	if g := gen.Load(); g != 1 {
+		t.Fatalf("reconnect %d, want 1", g)
+	}
+
+	vs := runVerifiers(c, 2, 4096, 3)
+	admin := &oneShot{done: make(chan int, 1)}
+	admin.r = Request{Write: true, Data: make([]byte, 4096), Usr: admin.usr[:], Done: admin.onDone}
+	c.Admin().Do(func(q *ClientQueue) { q.Submit(&admin.r) })
+	select {
+	case errno := <-admin.done:
+		if errno != 0 {
+			t.Fatalf("admin request while held: errno %d", errno)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the admin queue is held too; paths %+v", c.Paths())
+	}
+	c.ResumeIO(0) // an older reconnect's
+	time.Sleep(300 * time.Millisecond)
+	for i, v := range vs {
+		select {
+		case <-v.done:
+			t.Fatalf("queue %d's requests completed while IO was held", i)
+		default:
+		}
+		if n := v.ops.Load(); n != 0 {
+			t.Fatalf("queue %d completed %d requests while IO was held", i, n)
+		}
+	}
+	c.ResumeIO(1)
+	for _, v := range vs {
+		v.wait(t, 20*time.Second, func() string {
+			return fmt.Sprintf("gen %d, %d more events, paths %+v", gen.Load(), len(events), c.Paths())
+		})
 	}
 }
 
