@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -18,6 +20,20 @@ import (
 type Client struct {
 	t   transport
 	ver uint8
+
+	mu   sync.Mutex
+	devs map[*Device]struct{} // mapped, for reopening after a reconnect
+
+	// relink is signalled when the session reconnected after losing all
+	// its paths; relinkGen is that reconnect (rtrs.Link).
+	relink    chan struct{}
+	relinkGen atomic.Uint64
+	closing   chan struct{}
+	closeOnce sync.Once
+}
+
+func newClient() *Client {
+	return &Client{devs: map[*Device]struct{}{}, relink: make(chan struct{}, 1), closing: make(chan struct{})}
 }
 
 // DialOption sets an option of a session being dialled.
@@ -58,11 +74,12 @@ func DialTCP(ctx context.Context, cfg tcp.ClientConfig, opts ...DialOption) (*Cl
 	if err != nil {
 		return nil, err
 	}
-	t, err := dialTCP(ctx, cfg, o.maxDevices)
-	if err != nil {
+	c := newClient()
+	cfg.OnLinkEvent, cfg.HoldIOOnReconnect = c.onLink, true
+	if c.t, err = dialTCP(ctx, cfg, o.maxDevices); err != nil {
 		return nil, err
 	}
-	return start(ctx, t)
+	return c.start(ctx)
 }
 
 // DialRDMA opens an RNBD session over RTRS/RDMA and exchanges session
@@ -73,34 +90,45 @@ func DialRDMA(ctx context.Context, cfg rdmatr.ClientConfig, opts ...DialOption) 
 	if err != nil {
 		return nil, err
 	}
-	t, err := dialRDMA(ctx, cfg, o.maxDevices)
-	if err != nil {
+	c := newClient()
+	cfg.OnLinkEvent, cfg.HoldIOOnReconnect = c.onLink, true
+	if c.t, err = dialRDMA(ctx, cfg, o.maxDevices); err != nil {
 		return nil, err
 	}
-	return start(ctx, t)
+	return c.start(ctx)
 }
 
-func start(ctx context.Context, t transport) (*Client, error) {
-	c := &Client{t: t}
-	buf, err := c.call(ctx, "SESS_INFO", &SessInfo{Ver: ProtoVerMajor}, false, SessInfoRspSize)
-	if err != nil {
+func (c *Client) start(ctx context.Context) (*Client, error) {
+	if err := c.sessInfo(ctx); err != nil {
 		c.Close()
 		return nil, err
+	}
+	go c.relinkLoop()
+	return c, nil
+}
+
+// sessInfo exchanges session info, which the server needs before opens.
+func (c *Client) sessInfo(ctx context.Context) error {
+	buf, err := c.call(ctx, "SESS_INFO", &SessInfo{Ver: ProtoVerMajor}, false, SessInfoRspSize)
+	if err != nil {
+		return err
 	}
 	var rsp SessInfoRsp
 	if err := rsp.Unmarshal(buf); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("rnbd: session info response: %w", err)
+		return fmt.Errorf("rnbd: session info response: %w", err)
 	}
 	c.ver = min(rsp.Ver, ProtoVerMajor)
-	return c, nil
+	return nil
 }
 
 // Paths describes the session's RTRS paths and their statistics.
 func (c *Client) Paths() []PathStatus { return c.t.paths() }
 
 // Close ends the session; mapped devices must be unmapped first.
-func (c *Client) Close() error { return c.t.close() }
+func (c *Client) Close() error {
+	c.closeOnce.Do(func() { close(c.closing) })
+	return c.t.close()
+}
 
 // MaxDevices returns how many devices the session maps at a time.
 func (c *Client) MaxDevices() int { return c.t.maxDevices() }
@@ -135,13 +163,17 @@ func (c *Client) call(ctx context.Context, what string, msg marshaler, write boo
 // server.
 type Device struct {
 	c      *Client
-	id     uint32
+	id     atomic.Uint32 // the server's id; changes when the device is reopened
 	name   string
 	mode   AccessMode
 	geo    OpenRsp
 	dev    *ublk.Device
 	target *target
 	block  int // the transport's queue block for this device
+
+	mu       sync.Mutex
+	queues   []*queue // the target's, once their threads made them
+	unmapped bool
 }
 
 // MapOptions tune the local device.
@@ -167,7 +199,7 @@ func (c *Client) Map(ctx context.Context, ctrl *ublk.Control, devName string, mo
 	if err := d.geo.Unmarshal(buf); err != nil {
 		return nil, fmt.Errorf("rnbd: open response: %w", err)
 	}
-	d.id = d.geo.DeviceID
+	d.id.Store(d.geo.DeviceID)
 	if err := d.geo.Check(); err != nil {
 		d.close(ctx)
 		return nil, fmt.Errorf("rnbd: open response for %s: %w", devName, err)
@@ -189,6 +221,9 @@ func (c *Client) Map(ctx context.Context, ctrl *ublk.Control, devName string, mo
 		return nil, err
 	}
 	d.dev = dev
+	c.mu.Lock()
+	c.devs[d] = struct{}{}
+	c.mu.Unlock()
 	return d, nil
 }
 
@@ -223,11 +258,17 @@ func (d *Device) ublkOptions(opts MapOptions) ublk.Options {
 func (d *Device) UblkDevice() *ublk.Device { return d.dev }
 
 // ID returns the server's device id.
-func (d *Device) ID() uint32 { return d.id }
+func (d *Device) ID() uint32 { return d.id.Load() }
 
 // Unmap deletes the local device (requests still queued fail) and closes
 // the device on the server.
 func (d *Device) Unmap(ctx context.Context) error {
+	d.c.mu.Lock()
+	delete(d.c.devs, d)
+	d.c.mu.Unlock()
+	d.mu.Lock() // waits for a reopen of the device to end
+	d.unmapped = true
+	d.mu.Unlock()
 	err := d.dev.Delete()
 	d.c.t.release(d.block)
 	if cerr := d.close(ctx); err == nil {
@@ -239,7 +280,7 @@ func (d *Device) Unmap(ctx context.Context) error {
 func (d *Device) close(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	_, err := d.c.call(ctx, "CLOSE", &Close{DeviceID: d.id}, true, 0)
+	_, err := d.c.call(ctx, "CLOSE", &Close{DeviceID: d.id.Load()}, true, 0)
 	if errors.Is(err, syscall.ENOTCONN) {
 		return nil
 	}

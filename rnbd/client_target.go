@@ -27,7 +27,18 @@ type queue struct {
 func (t *target) NewQueue(uq *ublk.Queue) (ublk.QueueHandler, error) {
 	q := &queue{d: t.d, uq: uq, buf: make([][]byte, uq.Depth()), usr: make([][IOSize]byte, uq.Depth())}
 	q.rq = t.d.c.t.queue(t.d.block, int(uq.ID()), unix.Gettid(), uq.Ring(), ublk.TargetUserData(0), uq.Depth(), q.done)
+	t.d.mu.Lock()
+	t.d.queues = append(t.d.queues, q)
+	t.d.mu.Unlock()
 	return q, nil
+}
+
+// setDeviceID puts the device's new id into every tag's RNBD header: the
+// requests waiting in RTRS after a reconnect go out with it (reopen).
+func (q *queue) setDeviceID(id uint32) {
+	for tag := range q.usr {
+		setIODeviceID(q.usr[tag][:], id)
+	}
 }
 
 // rnbdOp maps a ublk operation to RNBD's.
@@ -62,7 +73,7 @@ func (q *queue) Handle(tag uint16, req *ublk.Request) {
 	case op == OpRead:
 		flags = FlagSync
 	}
-	m := IO{DeviceID: q.d.id, Sector: req.StartSector, RW: MakeRW(op, flags), BiSize: uint32(req.Len())}
+	m := IO{DeviceID: q.d.id.Load(), Sector: req.StartSector, RW: MakeRW(op, flags), BiSize: uint32(req.Len())}
 	if op == OpFlush {
 		// A flush has no range (the block layer leaves its sector at -1).
 		m.Sector, m.BiSize = 0, 0

@@ -34,6 +34,9 @@ type IO struct {
 // Size returns IOSize.
 func (m *IO) Size() int { return IOSize }
 
+// setIODeviceID changes the device id of an IO message marshalled into b.
+func setIODeviceID(b []byte, id uint32) { binary.LittleEndian.PutUint32(b[4:8], id) }
+
 // MarshalTo writes the 32-byte message to b and returns 32. It fails if the
 // op is not one of the six operations.
 func (m *IO) MarshalTo(b []byte) (int, error) {

@@ -31,6 +31,9 @@ type transport interface {
 	release(block int)
 	// maxDevices is how many blocks there are.
 	maxDevices() int
+	// resume lets IO go after reconnect gen, once the devices are
+	// reopened (rtrs.Link).
+	resume(gen uint64)
 	// queue binds queue i of a block to a ublk queue's ring: block
 	// requests go out on it and their completions come back through it.
 	// It is called on the ublk queue's thread, whose id is tid.
@@ -65,6 +68,8 @@ type transportQueue interface {
 	// detach is called when the ublk queue stops driving the queue; its
 	// ring is closed next.
 	detach()
+	// do runs fn on the queue's thread, soon (unless the queue stopped).
+	do(fn func())
 }
 
 // PathStatus describes one RTRS path of a session.

@@ -53,13 +53,15 @@ func dialRDMA(ctx context.Context, cfg rdmatr.ClientConfig, maxDevices int) (*rd
 		return nil, err
 	}
 	t := &rdmaTransport{c: c, n: n, slot: slot, blocks: newBlocks(maxDevices), adminQ: c.Queue(n * maxDevices), threads: make(queueThreads, n*maxDevices)}
+	t.adminQ.Unheld() // it reopens the devices while IO is held
 	go t.adminQ.Run(nil)
 	return t, nil
 }
 
-func (t *rdmaTransport) queues() int    { return t.n }
-func (t *rdmaTransport) maxIOSize() int { return t.c.Params().MaxIOSize }
-func (t *rdmaTransport) close() error   { return t.c.Close() }
+func (t *rdmaTransport) queues() int       { return t.n }
+func (t *rdmaTransport) resume(gen uint64) { t.c.ResumeIO(gen) }
+func (t *rdmaTransport) maxIOSize() int    { return t.c.Params().MaxIOSize }
+func (t *rdmaTransport) close() error      { return t.c.Close() }
 
 func (t *rdmaTransport) call(ctx context.Context, write bool, usr []byte, respLen int) (int, []byte, error) {
 	if respLen > rdmaAdminBytes {
@@ -156,3 +158,4 @@ func (rq *rdmaQueue) onDone(r *rdmatr.Request, errno int) { rq.done(uint16(r.Tag
 func (rq *rdmaQueue) handleCQE(cqe *uring.CQE)            { rq.q.HandleCQE(cqe) }
 func (rq *rdmaQueue) flush()                              { rq.q.Flush() }
 func (rq *rdmaQueue) detach()                             { rq.q.Detach() }
+func (rq *rdmaQueue) do(fn func())                        { rq.q.Do(func(*rdmatr.ClientQueue) { fn() }) }

@@ -37,9 +37,10 @@ func (t *tcpTransport) acquire(int) (int, []byte, error) {
 
 func (t *tcpTransport) release(block int) { t.put(block) }
 
-func (t *tcpTransport) queues() int    { return t.n }
-func (t *tcpTransport) maxIOSize() int { return t.c.Params().MaxIOSize }
-func (t *tcpTransport) close() error   { return t.c.Close() }
+func (t *tcpTransport) queues() int       { return t.n }
+func (t *tcpTransport) resume(gen uint64) { t.c.ResumeIO(gen) }
+func (t *tcpTransport) maxIOSize() int    { return t.c.Params().MaxIOSize }
+func (t *tcpTransport) close() error      { return t.c.Close() }
 
 // completionQueues: TCP queues are woken by their sockets, not by CQs.
 func (t *tcpTransport) completionQueues() []CompletionQueue { return nil }
@@ -100,4 +101,5 @@ func (tq *tcpQueue) onDone(r *tcp.Request, errno int) { tq.done(uint16(r.Tag), e
 func (tq *tcpQueue) handleCQE(cqe *uring.CQE)         { tq.q.HandleCQE(cqe) }
 func (tq *tcpQueue) flush()                           { tq.q.Flush() }
 
-func (tq *tcpQueue) detach() { tq.q.Detach() }
+func (tq *tcpQueue) detach()      { tq.q.Detach() }
+func (tq *tcpQueue) do(fn func()) { tq.q.Do(func(*tcp.ClientQueue) { fn() }) }

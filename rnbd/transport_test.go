@@ -34,3 +34,21 @@ func TestDialOptionsAndBlocks(t *testing.T) {
 		t.Errorf("block after put: %d, %v; want %d", got, err, b0)
 	}
 }
+
+func TestSetIODeviceID(t *testing.T) {
+	m := IO{DeviceID: 1, Sector: 8, RW: MakeRW(OpWrite, FlagFUA), BiSize: 4096}
+	b := make([]byte, IOSize)
+	if _, err := m.MarshalTo(b); err != nil {
+		t.Fatal(err)
+	}
+	setIODeviceID(b, 7)
+	var got IO
+	if err := got.Unmarshal(b); err != nil {
+		t.Fatal(err)
+	}
+	want := m
+	want.DeviceID = 7
+	if got != want {
+		t.Errorf("after setIODeviceID: %+v, want %+v", got, want)
+	}
+}

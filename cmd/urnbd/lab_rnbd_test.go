@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/urnbd/urnbd/internal/labtest"
 )
@@ -167,4 +169,113 @@ func TestLabCLIMapOverTCP(t *testing.T) {
 	if out := c.must("list", "--format", "json"); strings.TrimSpace(out) != "[]" {
 		t.Errorf("list after unmap: %s", out)
 	}
+}
+
+// TestLabCLIServerRestart kills the server under fio verify and starts it
+// again: the client reopens its device on the new server, whose id for it
+// differs from the old one (a device mapped before it was unmapped), and
+// the held I/O goes on there: fio verify ends with 0 errors, and data
+// written before the restart reads back.
+func TestLabCLIServerRestart(t *testing.T) {
+	c := newLabCLI(t)
+	dir := t.TempDir()
+	for _, n := range []string{"a.img", "b.img"} {
+		f, _ := os.Create(filepath.Join(dir, n))
+		f.Truncate(256 << 20)
+		f.Close()
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	ln.Close()
+	var srv *exec.Cmd
+	start := func() {
+		t.Helper()
+		srv = c.cmd("server", "--listen", "tcp://127.0.0.1:"+port, "--dev-search-path", dir)
+		srv.Stderr = os.Stderr
+		if err := srv.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if !labtest.WaitFor(10*time.Second, func() bool {
+			conn, err := net.Dial("tcp", "127.0.0.1:"+port)
+			if err == nil {
+				conn.Close()
+			}
+			return err == nil
+		}) {
+			t.Fatal("urnbd server did not start listening")
+		}
+	}
+	start()
+	t.Cleanup(func() { srv.Process.Signal(syscall.SIGTERM); srv.Wait() })
+
+	devB := c.must("map", "sessname=rs", "dest_port="+port, "path=ip:127.0.0.1", "device_path=b.img")
+	devA := c.must("map", "sessname=rs", "device_path=a.img")
+	t.Cleanup(func() { c.run("unmap", "--force", devA) })
+	c.must("unmap", devB) // a.img stays device 1; the next server makes it 0
+
+	before := make([]byte, 1<<20)
+	for i := range before {
+		before[i] = byte(i*7 + 3)
+	}
+	writeAt(t, devA, before, 200<<20)
+
+	fio := startFio(t, labtest.VerifyArgs(devA, "64M"))
+	time.Sleep(1500 * time.Millisecond)
+	if !fio.running() {
+		t.Fatal("fio ended before the server was killed; the test proves nothing")
+	}
+	srv.Process.Kill()
+	srv.Wait()
+	time.Sleep(time.Second)
+	start()
+	res, stderr, err := fio.wait(t, 3*time.Minute)
+	if err != nil || res.Errors() != 0 || res.IOs() == 0 {
+		t.Fatalf("fio verify across a server restart: %v, %d errors, %d I/Os\n%s", err, res.Errors(), res.IOs(), stderr)
+	}
+	t.Logf("fio verify across a server restart: %d I/Os, 0 errors", res.IOs())
+	if got := readAt(t, devA, len(before), 200<<20); !bytes.Equal(got, before) {
+		t.Error("data written before the restart reads back changed")
+	}
+	if out := c.must("list"); !strings.Contains(out, "a.img") || !strings.Contains(out, "connected") {
+		t.Errorf("list after the restart:\n%s", out)
+	}
+}
+
+func writeAt(t *testing.T, dev string, b []byte, off int64) {
+	t.Helper()
+	f, err := os.OpenFile(dev, os.O_WRONLY|syscall.O_DIRECT, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := alignedCopy(b)
+	if _, err := f.WriteAt(buf, off); err != nil {
+		t.Fatalf("write %s: %v", dev, err)
+	}
+}
+
+func readAt(t *testing.T, dev string, n int, off int64) []byte {
+	t.Helper()
+	f, err := os.OpenFile(dev, os.O_RDONLY|syscall.O_DIRECT, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := alignedCopy(make([]byte, n))
+	if _, err := f.ReadAt(buf, off); err != nil {
+		t.Fatalf("read %s: %v", dev, err)
+	}
+	return buf
+}
+
+// alignedCopy returns a copy of b in a 4 KiB-aligned buffer (O_DIRECT).
+func alignedCopy(b []byte) []byte {
+	raw := make([]byte, len(b)+4096)
+	off := int(-uintptr(unsafe.Pointer(&raw[0])) & 4095)
+	out := raw[off : off+len(b)]
+	copy(out, b)
+	return out
 }

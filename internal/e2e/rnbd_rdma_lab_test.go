@@ -201,3 +201,89 @@ func vmPin(t *testing.T) int64 {
 	t.Fatal("no VmPin in /proc/self/status")
 	return 0
 }
+
+// TestLabRNBDOverRDMAServerRestart closes the RDMA server under fio verify
+// and starts a new one: the client reopens its device there, under an id
+// other than the old one, before the held I/O goes on; fio ends with 0
+// errors.
+func TestLabRNBDOverRDMAServerRestart(t *testing.T) {
+	provisionRDMA(t)
+	dir := t.TempDir()
+	for _, n := range []string{"a.img", "b.img"} {
+		img := filepath.Join(dir, n)
+		os.WriteFile(img, nil, 0o600)
+		os.Truncate(img, 256<<20)
+	}
+	const addr = "192.0.2.2:1241"
+	serve := func() (stop func()) {
+		t.Helper()
+		srv, err := rnbd.NewServer(rnbd.ServerConfig{DevSearchPath: dir, MaxIOSize: 126976, Logf: t.Logf})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs, err := rdmatr.NewServer(rdmatr.ServerConfig{QueueDepth: 128, Handler: srv.RDMA(),
+			HeartbeatInterval: 500 * time.Millisecond, MissedHeartbeats: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rs.Listen(netip.MustParseAddrPort(addr)); err != nil {
+			t.Fatal(err)
+		}
+		return func() { rs.Close(); srv.Close() }
+	}
+	stop := serve()
+	defer func() { stop() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := rnbd.DialRDMA(ctx, rdmatr.ClientConfig{SessName: "e2e-restart", Queues: 2,
+		Paths:                []rdmatr.PathAddr{{Src: "192.0.2.1", Dst: addr}},
+		MaxReconnectAttempts: -1, ReconnectDelay: 500 * time.Millisecond, HeartbeatInterval: 500 * time.Millisecond,
+		MissedHeartbeats: 3, Timeout: 5 * time.Second, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctrl, err := ublk.OpenControl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctrl.Close()
+	db, err := c.Map(ctx, ctrl, "b.img", rnbd.AccessRW, rnbd.MapOptions{ID: -1, Depth: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := c.Map(ctx, ctrl, "a.img", rnbd.AccessRW, rnbd.MapOptions{ID: -1, Depth: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Unmap(context.Background())
+	if err := db.Unmap(ctx); err != nil {
+		t.Fatal(err)
+	}
+	oldID := d.ID()
+
+	dev := ublk.BlockPath(d.UblkDevice().ID())
+	done := make(chan struct{})
+	var res *labtest.FioResult
+	var stderr string
+	go func() {
+		defer close(done)
+		res, stderr, err = labtest.Fio(t, labtest.VerifyArgs(dev, "48M")...)
+	}()
+	time.Sleep(2 * time.Second)
+	stop()
+	time.Sleep(time.Second)
+	stop = serve()
+	select {
+	case <-done:
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("fio hung after the server restart; paths %+v", c.Paths())
+	}
+	if err != nil || res.Errors() != 0 || res.IOs() == 0 {
+		t.Fatalf("fio verify across an RDMA server restart: %v, %d errors, %d I/Os\n%s", err, res.Errors(), res.IOs(), stderr)
+	}
+	if d.ID() == oldID {
+		t.Errorf("device id %d after the restart, as before: was the device reopened?", d.ID())
+	}
+	t.Logf("fio verify across an RDMA server restart: %d I/Os, 0 errors; device id %d, was %d", res.IOs(), d.ID(), oldID)
+}
