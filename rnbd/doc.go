@@ -22,4 +22,12 @@
 // String and ParseAccessMode. ResolveDevPath is the kernel server's rule
 // that turns dev_search_path, the session name and Open's dev_name into the
 // path to open.
+//
+// # Client
+//
+// A Client is one RNBD session over RTRS (DialTCP, DialRDMA); Map makes a
+// ublk device of a device on the server, each with a block of per-CPU RTRS
+// queues of its own. When the session loses all its paths and gets one
+// back (a server restart), the client reopens its devices before RTRS lets
+// IO go again (reopen.go).
 package rnbd
