@@ -28,6 +28,9 @@ type Client struct {
 	// its paths; relinkGen is that reconnect (rtrs.Link).
 	relink    chan struct{}
 	relinkGen atomic.Uint64
+	// down is set from the loss of the session's last path until its
+	// devices are reopened.
+	down      atomic.Bool
 	closing   chan struct{}
 	closeOnce sync.Once
 }
@@ -259,6 +262,12 @@ func (d *Device) UblkDevice() *ublk.Device { return d.dev }
 
 // ID returns the server's device id.
 func (d *Device) ID() uint32 { return d.id.Load() }
+
+// Open reports whether the device is open on the server: not while its
+// session has no path, nor until the device is reopened after that, nor
+// when the server refused to reopen it (the kernel's sysfs state "open"
+// against "closed").
+func (d *Device) Open() bool { return !d.c.down.Load() && d.id.Load() != invalidDeviceID }
 
 // Unmap deletes the local device (requests still queued fail) and closes
 // the device on the server.

@@ -30,6 +30,7 @@ const reopenTimeout = 10 * time.Second
 // onLink receives the RTRS session's link events, on a path goroutine.
 func (c *Client) onLink(ev rtrs.LinkEvent, gen uint64) {
 	if ev != rtrs.LinkReconnected {
+		c.down.Store(true)
 		return
 	}
 	c.relinkGen.Store(gen)
@@ -53,6 +54,9 @@ func (c *Client) relinkLoop() {
 			err := c.reopen(gen)
 			if err == nil {
 				c.t.resume(gen)
+				if gen == c.relinkGen.Load() {
+					c.down.Store(false)
+				}
 				break
 			}
 			log.Printf("rnbd: session reconnected; reopening its devices: %v; trying again", err)

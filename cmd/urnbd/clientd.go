@@ -471,7 +471,7 @@ func (d *clientDaemon) list() []listEntry {
 	for id, dd := range d.devices {
 		e := listEntry{Device: ublk.BlockPath(id), SessName: dd.spec.SessName, MapPath: dd.spec.DevicePath,
 			AccessMode: dd.spec.AccessMode, State: "open", Transport: dd.spec.Transport}
-		if info, err := d.ctrl.DevInfo(id); err == nil && info.State != ublk.StateLive {
+		if info, err := d.ctrl.DevInfo(id); (err == nil && info.State != ublk.StateLive) || !dd.dev.Open() {
 			e.State = "closed"
 		}
 		for _, p := range dd.sess.client.Paths() {

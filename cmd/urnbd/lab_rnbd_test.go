@@ -229,7 +229,9 @@ func TestLabCLIServerRestart(t *testing.T) {
 	}
 	srv.Process.Kill()
 	srv.Wait()
-	time.Sleep(time.Second)
+	if !labtest.WaitFor(10*time.Second, func() bool { return strings.Contains(c.must("list"), "closed") }) {
+		t.Errorf("list while the server is down:\n%s", c.must("list"))
+	}
 	start()
 	res, stderr, err := fio.wait(t, 3*time.Minute)
 	if err != nil || res.Errors() != 0 || res.IOs() == 0 {
@@ -239,7 +241,7 @@ func TestLabCLIServerRestart(t *testing.T) {
 	if got := readAt(t, devA, len(before), 200<<20); !bytes.Equal(got, before) {
 		t.Error("data written before the restart reads back changed")
 	}
-	if out := c.must("list"); !strings.Contains(out, "a.img") || !strings.Contains(out, "connected") {
+	if out := c.must("list"); !strings.Contains(out, "a.img") || !strings.Contains(out, "connected") || !strings.Contains(out, " open ") {
 		t.Errorf("list after the restart:\n%s", out)
 	}
 }
