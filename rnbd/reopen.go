@@ -49,6 +49,7 @@ func (c *Client) relinkLoop() {
 			return
 		case <-c.relink:
 		}
+		last := ""
 		for {
 			gen := c.relinkGen.Load()
 			err := c.reopen(gen)
@@ -59,7 +60,10 @@ func (c *Client) relinkLoop() {
 				}
 				break
 			}
-			log.Printf("rnbd: session reconnected; reopening its devices: %v; trying again", err)
+			if err.Error() != last { // not every second
+				last = err.Error()
+				log.Printf("rnbd: session reconnected; reopening its devices: %v; trying again every second", err)
+			}
 			select {
 			case <-c.closing:
 				return
