@@ -61,11 +61,7 @@ func TestLabRNBDOverTCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := rnbdOverTCP(t, dir)
-	ctrl, err := ublk.OpenControl()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctrl.Close()
+	ctrl := openControl(t)
 	ctx := context.Background()
 	d, err := c.Map(ctx, ctrl, "disk.img", rnbd.AccessRW, rnbd.MapOptions{ID: -1, Depth: 64})
 	if err != nil {

@@ -42,21 +42,7 @@ func TestLabRNBDOverRDMATwoPaths(t *testing.T) {
 	img := filepath.Join(dir, "disk.img")
 	os.WriteFile(img, nil, 0o600)
 	os.Truncate(img, 512<<20)
-	srv, err := rnbd.NewServer(rnbd.ServerConfig{DevSearchPath: dir, MaxIOSize: 126976, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs, err := rdmatr.NewServer(rdmatr.ServerConfig{QueueDepth: 128, Handler: srv.RDMA(),
-		HeartbeatInterval: 500 * time.Millisecond, MissedHeartbeats: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rs.Close()
-	for _, a := range []string{"192.0.2.2:1240", "198.51.100.2:1240"} {
-		if _, err := rs.Listen(netip.MustParseAddrPort(a)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	defer serveRDMA(t, dir, "192.0.2.2:1240", "198.51.100.2:1240")()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var leaked atomic.Bool
@@ -74,11 +60,7 @@ func TestLabRNBDOverRDMATwoPaths(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	ctrl, err := ublk.OpenControl()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctrl.Close()
+	ctrl := openControl(t)
 	d, err := c.Map(ctx, ctrl, "disk.img", rnbd.AccessRW, rnbd.MapOptions{ID: -1, Depth: 64})
 	if err != nil {
 		t.Fatal(err)
@@ -215,23 +197,7 @@ func TestLabRNBDOverRDMAServerRestart(t *testing.T) {
 		os.Truncate(img, 256<<20)
 	}
 	const addr = "192.0.2.2:1241"
-	serve := func() (stop func()) {
-		t.Helper()
-		srv, err := rnbd.NewServer(rnbd.ServerConfig{DevSearchPath: dir, MaxIOSize: 126976, Logf: t.Logf})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rs, err := rdmatr.NewServer(rdmatr.ServerConfig{QueueDepth: 128, Handler: srv.RDMA(),
-			HeartbeatInterval: 500 * time.Millisecond, MissedHeartbeats: 3})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := rs.Listen(netip.MustParseAddrPort(addr)); err != nil {
-			t.Fatal(err)
-		}
-		return func() { rs.Close(); srv.Close() }
-	}
-	stop := serve()
+	stop := serveRDMA(t, dir, addr)
 	defer func() { stop() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -243,11 +209,7 @@ func TestLabRNBDOverRDMAServerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	ctrl, err := ublk.OpenControl()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctrl.Close()
+	ctrl := openControl(t)
 	db, err := c.Map(ctx, ctrl, "b.img", rnbd.AccessRW, rnbd.MapOptions{ID: -1, Depth: 64})
 	if err != nil {
 		t.Fatal(err)
@@ -273,7 +235,7 @@ func TestLabRNBDOverRDMAServerRestart(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	stop()
 	time.Sleep(time.Second)
-	stop = serve()
+	stop = serveRDMA(t, dir, addr)
 	select {
 	case <-done:
 	case <-time.After(3 * time.Minute):
@@ -286,4 +248,37 @@ func TestLabRNBDOverRDMAServerRestart(t *testing.T) {
 		t.Errorf("device id %d after the restart, as before: was the device reopened?", d.ID())
 	}
 	t.Logf("fio verify across an RDMA server restart: %d I/Os, 0 errors; device id %d, was %d", res.IOs(), d.ID(), oldID)
+}
+
+// openControl opens the ublk control device until the test ends.
+func openControl(t *testing.T) *ublk.Control {
+	t.Helper()
+	ctrl, err := ublk.OpenControl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ctrl.Close() })
+	return ctrl
+}
+
+// serveRDMA starts an RNBD server exporting dir over RTRS/RDMA on addrs;
+// the function it returns stops it.
+func serveRDMA(t *testing.T, dir string, addrs ...string) (stop func()) {
+	t.Helper()
+	srv, err := rnbd.NewServer(rnbd.ServerConfig{DevSearchPath: dir, MaxIOSize: 126976, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := rdmatr.NewServer(rdmatr.ServerConfig{QueueDepth: 128, Handler: srv.RDMA(),
+		HeartbeatInterval: 500 * time.Millisecond, MissedHeartbeats: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if _, err := rs.Listen(netip.MustParseAddrPort(a)); err != nil {
+			rs.Close()
+			t.Fatal(err)
+		}
+	}
+	return func() { rs.Close(); srv.Close() }
 }

@@ -109,11 +109,7 @@ func TestLabUblkOverRTRS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	ctrl, err := ublk.OpenControl()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctrl.Close()
+	ctrl := openControl(t)
 	dev, err := ublk.Create(ctrl, ublk.Options{ID: -1, Size: size, Queues: 2, Depth: 64,
 		MaxIOBytes: c.Params().MaxIOSize &^ 4095}, rtrsTarget{c})
 	if err != nil {
