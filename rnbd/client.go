@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -190,6 +193,58 @@ type MapOptions struct {
 // Map opens devName on the server and exposes it as a ublk device with the
 // geometry the server reports, one ublk queue per RTRS queue.
 func (c *Client) Map(ctx context.Context, ctrl *ublk.Control, devName string, mode AccessMode, opts MapOptions) (*Device, error) {
+	d, err := c.open(ctx, devName, mode)
+	if err != nil {
+		return nil, err
+	}
+	uopts := d.ublkOptions(opts)
+	if uopts.Depth == 0 {
+		uopts.Depth = ublk.DefaultQueueDepth
+	}
+	if uopts.Buffers, err = d.acquire(ctx, uopts.Queues*uopts.Depth*uopts.MaxIOBytes); err != nil {
+		return nil, err
+	}
+	return d.serve(ctx, func() (*ublk.Device, error) { return ublk.Create(ctrl, uopts, d.target) })
+}
+
+// Recover serves again ublk device id, which a client that died mapped from
+// devName (ublk user recovery: the device waited, quiesced, and the I/O
+// it had in flight is issued again). The server's device must have the
+// size the ublk device has, and the session as many queues.
+func (c *Client) Recover(ctx context.Context, ctrl *ublk.Control, id uint32, devName string, mode AccessMode) (*Device, error) {
+	info, err := ctrl.DevInfo(id)
+	if err != nil {
+		return nil, err
+	}
+	if int(info.NrHWQueues) != c.t.queues() {
+		return nil, fmt.Errorf("rnbd: recover %s: it has %d queues, the session %d: %w", ublk.BlockPath(id), info.NrHWQueues, c.t.queues(), syscall.EINVAL)
+	}
+	d, err := c.open(ctx, devName, mode)
+	if err != nil {
+		return nil, err
+	}
+	if sectors, err := blockSectors(id); err != nil || sectors != d.geo.NSectors {
+		d.close(ctx)
+		return nil, fmt.Errorf("rnbd: recover %s: %d sectors (%v), %s on the server %d: %w", ublk.BlockPath(id), sectors, err, devName, d.geo.NSectors, syscall.EINVAL)
+	}
+	buffers, err := d.acquire(ctx, int(info.NrHWQueues)*int(info.QueueDepth)*int(info.MaxIOBufBytes))
+	if err != nil {
+		return nil, err
+	}
+	return d.serve(ctx, func() (*ublk.Device, error) { return ublk.Recover(ctrl, id, d.target, buffers) })
+}
+
+// blockSectors returns the size of ublk block device id in 512-byte sectors.
+func blockSectors(id uint32) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/sys/block/ublkb%d/size", id))
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+}
+
+// open opens devName on the server.
+func (c *Client) open(ctx context.Context, devName string, mode AccessMode) (*Device, error) {
 	m := Open{AccessMode: mode}
 	if err := m.SetDevName(devName); err != nil {
 		return nil, fmt.Errorf("rnbd: device path %q: %w", devName, syscall.EINVAL)
@@ -207,26 +262,35 @@ func (c *Client) Map(ctx context.Context, ctrl *ublk.Control, devName string, mo
 		d.close(ctx)
 		return nil, fmt.Errorf("rnbd: open response for %s: %w", devName, err)
 	}
-	uopts := d.ublkOptions(opts)
-	if uopts.Depth == 0 {
-		uopts.Depth = ublk.DefaultQueueDepth
-	}
-	d.block, uopts.Buffers, err = c.t.acquire(uopts.Queues * uopts.Depth * uopts.MaxIOBytes)
+	d.target = &target{d: d}
+	return d, nil
+}
+
+// acquire reserves the device's block of queues and its buffers; on error
+// the device is closed on the server.
+func (d *Device) acquire(ctx context.Context, bufBytes int) ([]byte, error) {
+	block, buffers, err := d.c.t.acquire(bufBytes)
 	if err != nil {
 		d.close(ctx)
 		return nil, err
 	}
-	d.target = &target{d: d}
-	dev, err := ublk.Create(ctrl, uopts, d.target)
+	d.block = block
+	return buffers, nil
+}
+
+// serve makes the ublk device with start and registers the mapping; on
+// error it undoes acquire and open.
+func (d *Device) serve(ctx context.Context, start func() (*ublk.Device, error)) (*Device, error) {
+	dev, err := start()
 	if err != nil {
-		c.t.release(d.block)
+		d.c.t.release(d.block)
 		d.close(ctx)
 		return nil, err
 	}
 	d.dev = dev
-	c.mu.Lock()
-	c.devs[d] = struct{}{}
-	c.mu.Unlock()
+	d.c.mu.Lock()
+	d.c.devs[d] = struct{}{}
+	d.c.mu.Unlock()
 	return d, nil
 }
 

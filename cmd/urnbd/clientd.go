@@ -251,11 +251,11 @@ func (s *daemonSession) fits(spec *mapSpec, queues, devices int) error {
 }
 
 // sessionOptions are the options of a session that a map request makes.
-func sessionOptions(req *clientRequest) []rnbd.DialOption {
-	if req.SessionDevices == 0 {
+func sessionOptions(devices int) []rnbd.DialOption {
+	if devices == 0 {
 		return nil
 	}
-	return []rnbd.DialOption{rnbd.WithMaxDevices(req.SessionDevices)}
+	return []rnbd.DialOption{rnbd.WithMaxDevices(devices)}
 }
 
 type daemonDevice struct {
@@ -313,6 +313,11 @@ func clientDaemonCommand() *cli.Command {
 					return err
 				}
 			}
+			pidFile := filepath.Join(runDir(), "client.pid")
+			if err := os.WriteFile(pidFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600); err == nil {
+				defer os.Remove(pidFile)
+			}
+			d.recoverDevices()
 			sigs := make(chan os.Signal, 1)
 			signal.Notify(sigs, unix.SIGINT, unix.SIGTERM)
 			go func() { <-sigs; d.shutdown(); ln.Close() }()
@@ -381,59 +386,82 @@ func (d *clientDaemon) mapDev(req *clientRequest) (string, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	sess := d.sessions[spec.SessName]
-	if sess != nil {
-		if err := sess.fits(spec, req.Queues, req.SessionDevices); err != nil {
-			return "", err
-		}
-	} else {
-		if len(spec.Paths) == 0 {
-			return "", fmt.Errorf("map: no session %s, and no path= to make it with: %w", spec.SessName, unix.ENXIO)
-		}
-		if spec.Transport == "" {
-			spec.Transport = defaultTransport
-		}
-		var client *rnbd.Client
-		var err error
-		switch spec.Transport {
-		case "rdma":
-			cfg := rdmatr.ClientConfig{SessName: spec.SessName, Queues: req.Queues, Policy: rtrs.MinInflight, MaxReconnectAttempts: -1}
-			for _, p := range spec.Paths {
-				cfg.Paths = append(cfg.Paths, rdmatr.PathAddr{Src: p.Src, Dst: net.JoinHostPort(p.Dst, strconv.Itoa(p.Port))})
-			}
-			client, err = rnbd.DialRDMA(ctx, cfg, sessionOptions(req)...)
-		default:
-			cfg := tcp.ClientConfig{SessName: spec.SessName, Queues: req.Queues, Policy: rtrs.MinInflight, MaxReconnectAttempts: -1}
-			for _, p := range spec.Paths {
-				cfg.Paths = append(cfg.Paths, tcp.PathAddr{Src: p.Src, Dst: net.JoinHostPort(p.Dst, strconv.Itoa(p.Port))})
-			}
-			client, err = rnbd.DialTCP(ctx, cfg, sessionOptions(req)...)
-		}
-		if err != nil {
-			return "", fmt.Errorf("map: session %s to %v: %w", spec.SessName, spec.Paths, err)
-		}
-		sess = &daemonSession{spec: *spec, client: client}
-		d.sessions[spec.SessName] = sess
-		if spec.Transport == "rdma" {
-			// Count completion CPUs from the start: ib_uverbs is
-			// loaded now.
-			d.obs.completionCPU()
-		}
+	rec := deviceRecord{Spec: *spec, Queues: req.Queues, SessionDevices: req.SessionDevices}
+	sess, err := d.sessionFor(ctx, &rec)
+	if err != nil {
+		return "", err
 	}
 	dev, err := sess.client.Map(ctx, d.ctrl, spec.DevicePath, spec.mode, rnbd.MapOptions{ID: -1, Depth: req.Depth})
 	if err != nil {
-		if sess.devs == 0 {
-			sess.client.Close()
-			delete(d.sessions, spec.SessName)
-		}
+		d.dropIfUnused(sess)
 		return "", fmt.Errorf("map %s: %w", spec.DevicePath, err)
 	}
+	d.addDevice(sess, &rec, dev)
+	log.Printf("urnbd client daemon: mapped %s of session %s as %s", spec.DevicePath, spec.SessName, ublk.BlockPath(dev.UblkDevice().ID()))
+	return ublk.BlockPath(dev.UblkDevice().ID()), nil
+}
+
+// sessionFor returns the session a device record names, dialling it if there
+// is none; d.mu is held. rec.Spec's transport is filled in.
+func (d *clientDaemon) sessionFor(ctx context.Context, rec *deviceRecord) (*daemonSession, error) {
+	spec := &rec.Spec
+	if sess := d.sessions[spec.SessName]; sess != nil {
+		return sess, sess.fits(spec, rec.Queues, rec.SessionDevices)
+	}
+	if len(spec.Paths) == 0 {
+		return nil, fmt.Errorf("map: no session %s, and no path= to make it with: %w", spec.SessName, unix.ENXIO)
+	}
+	if spec.Transport == "" {
+		spec.Transport = defaultTransport
+	}
+	opts := sessionOptions(rec.SessionDevices)
+	var client *rnbd.Client
+	var err error
+	switch spec.Transport {
+	case "rdma":
+		cfg := rdmatr.ClientConfig{SessName: spec.SessName, Queues: rec.Queues, Policy: rtrs.MinInflight, MaxReconnectAttempts: -1}
+		for _, p := range spec.Paths {
+			cfg.Paths = append(cfg.Paths, rdmatr.PathAddr{Src: p.Src, Dst: net.JoinHostPort(p.Dst, strconv.Itoa(p.Port))})
+		}
+		client, err = rnbd.DialRDMA(ctx, cfg, opts...)
+	default:
+		cfg := tcp.ClientConfig{SessName: spec.SessName, Queues: rec.Queues, Policy: rtrs.MinInflight, MaxReconnectAttempts: -1}
+		for _, p := range spec.Paths {
+			cfg.Paths = append(cfg.Paths, tcp.PathAddr{Src: p.Src, Dst: net.JoinHostPort(p.Dst, strconv.Itoa(p.Port))})
+		}
+		client, err = rnbd.DialTCP(ctx, cfg, opts...)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("map: session %s to %v: %w", spec.SessName, spec.Paths, err)
+	}
+	sess := &daemonSession{spec: *spec, client: client}
+	d.sessions[spec.SessName] = sess
+	if spec.Transport == "rdma" {
+		// Count completion CPUs from the start: ib_uverbs is loaded now.
+		d.obs.completionCPU()
+	}
+	return sess, nil
+}
+
+// dropIfUnused closes a session that maps no device (a map that failed
+// made it); d.mu is held.
+func (d *clientDaemon) dropIfUnused(sess *daemonSession) {
+	if sess.devs == 0 {
+		sess.client.Close()
+		delete(d.sessions, sess.spec.SessName)
+	}
+}
+
+// addDevice registers a mapped device and records it for a daemon that
+// may have to recover it (recoverDevices); d.mu is held.
+func (d *clientDaemon) addDevice(sess *daemonSession, rec *deviceRecord, dev *rnbd.Device) {
 	sess.devs++
 	id := dev.UblkDevice().ID()
-	d.devices[id] = &daemonDevice{spec: *spec, sess: sess, dev: dev}
+	d.devices[id] = &daemonDevice{spec: rec.Spec, sess: sess, dev: dev}
 	d.obs.addDevice(id)
-	log.Printf("urnbd client daemon: mapped %s of session %s as %s", spec.DevicePath, spec.SessName, ublk.BlockPath(id))
-	return ublk.BlockPath(id), nil
+	if err := rec.save(id); err != nil {
+		log.Printf("urnbd client daemon: %s cannot be recovered should this daemon die: %v", ublk.BlockPath(id), err)
+	}
 }
 
 func (d *clientDaemon) unmapDev(id uint32, force bool) error {
@@ -451,6 +479,7 @@ func (d *clientDaemon) unmapDev(id uint32, force bool) error {
 	d.obs.removeDevice(id)
 	err := dd.dev.Unmap(context.Background())
 	delete(d.devices, id)
+	os.Remove(recordPath(id))
 	if dd.sess.devs--; dd.sess.devs == 0 {
 		// Closing the session tears down its paths' connections (RDMA
 		// disconnects wait for the peer): unmap need not wait for that.

@@ -281,3 +281,55 @@ func alignedCopy(b []byte) []byte {
 	copy(out, b)
 	return out
 }
+
+// TestLabCLIClientDaemonDies kills the client daemon with SIGKILL under fio
+// verify: the device waits, quiesced (ublk user recovery), and the daemon
+// started again serves it again from its record; fio ends with 0 errors.
+func TestLabCLIClientDaemonDies(t *testing.T) {
+	c := newLabCLI(t)
+	dir := t.TempDir()
+	f, _ := os.Create(filepath.Join(dir, "a.img"))
+	f.Truncate(256 << 20)
+	f.Close()
+	port := strconv.Itoa(startServerCLI(t, c, dir))
+	dev := c.must("map", "sessname=dd", "dest_port="+port, "path=ip:127.0.0.1", "device_path=a.img")
+	t.Cleanup(func() { c.run("unmap", "--force", dev) })
+
+	fio := startFio(t, labtest.VerifyArgs(dev, "64M"))
+	time.Sleep(1500 * time.Millisecond)
+	if !fio.running() {
+		t.Fatal("fio ended before the daemon was killed; the test proves nothing")
+	}
+	b, err := os.ReadFile(filepath.Join(c.runDir, "client.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if !labtest.WaitFor(10*time.Second, func() bool { return syscall.Kill(pid, 0) != nil }) {
+		t.Fatal("the client daemon outlived SIGKILL")
+	}
+	time.Sleep(500 * time.Millisecond)
+	if !fio.running() {
+		t.Fatal("fio ended with the daemon: the device did not wait")
+	}
+	daemon := c.cmd("client", "daemon")
+	daemon.Stderr = os.Stderr
+	if err := daemon.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { daemon.Process.Signal(syscall.SIGTERM); daemon.Wait() })
+	res, stderr, err := fio.wait(t, 3*time.Minute)
+	if err != nil || res.Errors() != 0 || res.IOs() == 0 {
+		t.Fatalf("fio verify across a client daemon's death: %v, %d errors, %d I/Os\n%s", err, res.Errors(), res.IOs(), stderr)
+	}
+	t.Logf("fio verify across a client daemon's death: %d I/Os, 0 errors", res.IOs())
+	if out := c.must("list"); !strings.Contains(out, "a.img") || !strings.Contains(out, " open ") {
+		t.Errorf("list after recovery:\n%s", out)
+	}
+}
