@@ -285,17 +285,28 @@ func alignedCopy(b []byte) []byte {
 // TestLabCLIClientDaemonDies kills the client daemon with SIGKILL under fio
 // verify: the device waits, quiesced (ublk user recovery), and the daemon
 // started again serves it again from its record; fio ends with 0 errors.
+// Over TCP and over RDMA (two paths).
 func TestLabCLIClientDaemonDies(t *testing.T) {
-	c := newLabCLI(t)
-	dir := t.TempDir()
-	f, _ := os.Create(filepath.Join(dir, "a.img"))
-	f.Truncate(256 << 20)
-	f.Close()
-	port := strconv.Itoa(startServerCLI(t, c, dir))
-	dev := c.must("map", "sessname=dd", "dest_port="+port, "path=ip:127.0.0.1", "device_path=a.img")
-	t.Cleanup(func() { c.run("unmap", "--force", dev) })
+	t.Run("tcp", func(t *testing.T) {
+		c := newLabCLI(t)
+		dir := t.TempDir()
+		f, _ := os.Create(filepath.Join(dir, "a.img"))
+		f.Truncate(256 << 20)
+		f.Close()
+		port := strconv.Itoa(startServerCLI(t, c, dir))
+		dev := c.must("map", "sessname=dd", "dest_port="+port, "path=ip:127.0.0.1", "device_path=a.img")
+		t.Cleanup(func() { c.run("unmap", "--force", dev) })
+		killDaemonUnderFio(t, c, dev, "64M")
+	})
+	t.Run("rdma", func(t *testing.T) {
+		c := newLabCLI(t)
+		provisionRDMA(t)
+		killDaemonUnderFio(t, c, c.mapOverTwoRDMAPaths(t, "ddr", 1251), "32M")
+	})
+}
 
-	fio := startFio(t, labtest.VerifyArgs(dev, "64M"))
+func killDaemonUnderFio(t *testing.T, c *labCLI, dev, size string) {
+	fio := startFio(t, labtest.VerifyArgs(dev, size))
 	time.Sleep(1500 * time.Millisecond)
 	if !fio.running() {
 		t.Fatal("fio ended before the daemon was killed; the test proves nothing")
