@@ -187,7 +187,8 @@ func listCommand() *cli.Command {
 				return fmt.Errorf("list: %w", err)
 			}
 			entries := []listEntry{}
-			if rep, err := ask(&clientRequest{Op: "list"}, false); err == nil {
+			// A daemon that died left devices to recover: start one.
+			if rep, err := ask(&clientRequest{Op: "list"}, haveRecords()); err == nil {
 				entries = append(entries, rep.Devices...)
 			}
 			if format == "json" {

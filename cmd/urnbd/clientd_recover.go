@@ -33,6 +33,13 @@ type deviceRecord struct {
 	SessionDevices int     `json:"session_devices,omitempty"`
 }
 
+// haveRecords reports whether mappings are recorded: a daemon that died
+// left them, if none runs.
+func haveRecords() bool {
+	files, _ := filepath.Glob(filepath.Join(runDir(), "rnbd", "*.json"))
+	return len(files) > 0
+}
+
 func recordPath(id uint32) string {
 	return filepath.Join(runDir(), "rnbd", strconv.FormatUint(uint64(id), 10)+".json")
 }
@@ -67,8 +74,10 @@ func (d *clientDaemon) recoverDevices() {
 			os.Remove(f)
 			continue
 		}
-		if err != nil || info.State != ublk.StateQuiesced {
-			log.Printf("urnbd client daemon: %s is recorded but not waiting for recovery (%v, state %d): left alone", ublk.BlockPath(id), err, info.State)
+		// Until the kernel notices its server's death, the device still
+		// reads live, with that server's pid; Recover waits for it.
+		if err != nil || !(info.State == ublk.StateQuiesced || (info.State == ublk.StateLive && !alive(int(info.ServerPID)))) {
+			log.Printf("urnbd client daemon: %s is recorded but not waiting for recovery (%v, state %d, server pid %d): left alone", ublk.BlockPath(id), err, info.State, info.ServerPID)
 			continue
 		}
 		if err := d.recoverDevice(id, f); err != nil {
@@ -100,10 +109,21 @@ func (d *clientDaemon) recoverDevice(id uint32, file string) error {
 		return err
 	}
 	dev, err := sess.client.Recover(ctx, d.ctrl, id, rec.Spec.DevicePath, rec.Spec.mode)
+	for errors.Is(err, unix.EPERM) && ctx.Err() == nil {
+		// The server still holds the dead daemon's session, and with it
+		// the device's rw mapping, until it notices the loss.
+		time.Sleep(time.Second)
+		dev, err = sess.client.Recover(ctx, d.ctrl, id, rec.Spec.DevicePath, rec.Spec.mode)
+	}
 	if err != nil {
 		d.dropIfUnused(sess)
 		return err
 	}
 	d.addDevice(sess, &rec, dev)
 	return nil
+}
+
+// alive reports whether process pid exists.
+func alive(pid int) bool {
+	return pid > 0 && (unix.Kill(pid, 0) == nil || errors.Is(unix.Kill(pid, 0), unix.EPERM))
 }

@@ -136,7 +136,7 @@ func sessionCommand() *cli.Command {
 // askDaemon sends a request to a running daemon; with none running, the
 // error wraps ENOENT and says what is missing (none: nothing is mapped).
 func askDaemon(req *clientRequest, missing string) (*clientReply, error) {
-	rep, err := ask(req, false)
+	rep, err := ask(req, haveRecords()) // a daemon that died left devices to recover: start one
 	if err != nil {
 		var re *reportedError
 		if !errors.As(err, &re) {
