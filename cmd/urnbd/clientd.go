@@ -217,6 +217,9 @@ type clientDaemon struct {
 	// persist keeps the daemon running with no device mapped (under
 	// systemd); otherwise it exits after the last unmap.
 	persist bool
+	// stopping is closed when the daemon stops: recoveries still being
+	// retried give up.
+	stopping chan struct{}
 }
 
 type daemonSession struct {
@@ -306,7 +309,7 @@ func clientDaemonCommand() *cli.Command {
 				noBPF = "disabled by --no-bpf"
 			}
 			d := &clientDaemon{ctrl: ctrl, sessions: map[string]*daemonSession{}, devices: map[uint32]*daemonDevice{}, ln: ln,
-				obs: newObserver(noBPF), persist: c.Bool("persist")}
+				obs: newObserver(noBPF), persist: c.Bool("persist"), stopping: make(chan struct{})}
 			defer d.obs.close()
 			if addr := c.String("metrics-listen"); addr != "" {
 				if err := d.serveMetrics(addr); err != nil {
@@ -517,6 +520,7 @@ func (d *clientDaemon) list() []listEntry {
 }
 
 func (d *clientDaemon) shutdown() {
+	close(d.stopping)
 	d.mu.Lock()
 	ids := make([]uint32, 0, len(d.devices))
 	for id := range d.devices {

@@ -81,10 +81,43 @@ func (d *clientDaemon) recoverDevices() {
 			continue
 		}
 		if err := d.recoverDevice(id, f); err != nil {
-			log.Printf("urnbd client daemon: recover %s: %v; it stays quiesced (unmap it with urnbd ublk del)", ublk.BlockPath(id), err)
+			log.Printf("urnbd client daemon: recover %s: %v; trying again every %v (urnbd ublk del gives it up)", ublk.BlockPath(id), err, recoverRetry)
+			go d.retryRecover(id, f)
 			continue
 		}
 		log.Printf("urnbd client daemon: recovered %s", ublk.BlockPath(id))
+	}
+}
+
+// recoverRetry is how often a recovery that failed (the server down too,
+// say) is tried again.
+const recoverRetry = 2 * time.Second
+
+// retryRecover tries to recover device id until it works, the device is
+// gone or the daemon stops.
+func (d *clientDaemon) retryRecover(id uint32, file string) {
+	last := ""
+	for {
+		select {
+		case <-d.stopping:
+			return
+		case <-time.After(recoverRetry):
+		}
+		info, err := d.ctrl.DevInfo(id)
+		if errors.Is(err, unix.ENODEV) || (err == nil && info.State == ublk.StateDead) {
+			os.Remove(file)
+			log.Printf("urnbd client daemon: %s is gone; no longer recovering it", ublk.BlockPath(id))
+			return
+		}
+		err = d.recoverDevice(id, file)
+		if err == nil {
+			log.Printf("urnbd client daemon: recovered %s", ublk.BlockPath(id))
+			return
+		}
+		if err.Error() != last {
+			last = err.Error()
+			log.Printf("urnbd client daemon: recover %s: %v; trying again", ublk.BlockPath(id), err)
+		}
 	}
 }
 

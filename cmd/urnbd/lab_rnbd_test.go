@@ -184,32 +184,8 @@ func TestLabCLIServerRestart(t *testing.T) {
 		f.Truncate(256 << 20)
 		f.Close()
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-	ln.Close()
-	var srv *exec.Cmd
-	start := func() {
-		t.Helper()
-		srv = c.cmd("server", "--listen", "tcp://127.0.0.1:"+port, "--dev-search-path", dir)
-		srv.Stderr = os.Stderr
-		if err := srv.Start(); err != nil {
-			t.Fatal(err)
-		}
-		if !labtest.WaitFor(10*time.Second, func() bool {
-			conn, err := net.Dial("tcp", "127.0.0.1:"+port)
-			if err == nil {
-				conn.Close()
-			}
-			return err == nil
-		}) {
-			t.Fatal("urnbd server did not start listening")
-		}
-	}
-	start()
-	t.Cleanup(func() { srv.Process.Signal(syscall.SIGTERM); srv.Wait() })
+	srv := newRestartableServer(t, c, dir)
+	port := srv.port
 
 	devB := c.must("map", "sessname=rs", "dest_port="+port, "path=ip:127.0.0.1", "device_path=b.img")
 	devA := c.must("map", "sessname=rs", "device_path=a.img")
@@ -227,12 +203,11 @@ func TestLabCLIServerRestart(t *testing.T) {
 	if !fio.running() {
 		t.Fatal("fio ended before the server was killed; the test proves nothing")
 	}
-	srv.Process.Kill()
-	srv.Wait()
+	srv.kill()
 	if !labtest.WaitFor(10*time.Second, func() bool { return strings.Contains(c.must("list"), "closed") }) {
 		t.Errorf("list while the server is down:\n%s", c.must("list"))
 	}
-	start()
+	srv.start()
 	res, stderr, err := fio.wait(t, 3*time.Minute)
 	if err != nil || res.Errors() != 0 || res.IOs() == 0 {
 		t.Fatalf("fio verify across a server restart: %v, %d errors, %d I/Os\n%s", err, res.Errors(), res.IOs(), stderr)
@@ -244,6 +219,58 @@ func TestLabCLIServerRestart(t *testing.T) {
 	if out := c.must("list"); !strings.Contains(out, "a.img") || !strings.Contains(out, "connected") || !strings.Contains(out, " open ") {
 		t.Errorf("list after the restart:\n%s", out)
 	}
+}
+
+// restartableServer is a urnbd server over TCP on a port that stays the
+// same across kill and start.
+type restartableServer struct {
+	t    *testing.T
+	c    *labCLI
+	dir  string
+	port string
+	cmd  *exec.Cmd
+}
+
+func newRestartableServer(t *testing.T, c *labCLI, dir string) *restartableServer {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &restartableServer{t: t, c: c, dir: dir, port: strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)}
+	ln.Close()
+	s.start()
+	t.Cleanup(func() {
+		if s.cmd != nil {
+			s.cmd.Process.Signal(syscall.SIGTERM)
+			s.cmd.Wait()
+		}
+	})
+	return s
+}
+
+func (s *restartableServer) start() {
+	s.t.Helper()
+	s.cmd = s.c.cmd("server", "--listen", "tcp://127.0.0.1:"+s.port, "--dev-search-path", s.dir)
+	s.cmd.Stderr = os.Stderr
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	if !labtest.WaitFor(10*time.Second, func() bool {
+		conn, err := net.Dial("tcp", "127.0.0.1:"+s.port)
+		if err == nil {
+			conn.Close()
+		}
+		return err == nil
+	}) {
+		s.t.Fatal("urnbd server did not start listening")
+	}
+}
+
+// kill kills the server with SIGKILL, as a crash would.
+func (s *restartableServer) kill() {
+	s.cmd.Process.Kill()
+	s.cmd.Wait()
+	s.cmd = nil
 }
 
 func writeAt(t *testing.T, dev string, b []byte, off int64) {
@@ -296,16 +323,32 @@ func TestLabCLIClientDaemonDies(t *testing.T) {
 		port := strconv.Itoa(startServerCLI(t, c, dir))
 		dev := c.must("map", "sessname=dd", "dest_port="+port, "path=ip:127.0.0.1", "device_path=a.img")
 		t.Cleanup(func() { c.run("unmap", "--force", dev) })
-		killDaemonUnderFio(t, c, dev, "64M")
+		killDaemonUnderFio(t, c, dev, "64M", nil, nil)
+	})
+	t.Run("tcp, server down meanwhile", func(t *testing.T) {
+		c := newLabCLI(t)
+		dir := t.TempDir()
+		f, _ := os.Create(filepath.Join(dir, "a.img"))
+		f.Truncate(256 << 20)
+		f.Close()
+		srv := newRestartableServer(t, c, dir)
+		dev := c.must("map", "sessname=dd", "dest_port="+srv.port, "path=ip:127.0.0.1", "device_path=a.img")
+		t.Cleanup(func() { c.run("unmap", "--force", dev) })
+		// The daemon that starts finds no server: it keeps trying, and
+		// recovers the device once the server is back.
+		killDaemonUnderFio(t, c, dev, "64M", func() { srv.kill() }, func() { srv.start() })
 	})
 	t.Run("rdma", func(t *testing.T) {
 		c := newLabCLI(t)
 		provisionRDMA(t)
-		killDaemonUnderFio(t, c, c.mapOverTwoRDMAPaths(t, "ddr", 1251), "32M")
+		killDaemonUnderFio(t, c, c.mapOverTwoRDMAPaths(t, "ddr", 1251), "32M", nil, nil)
 	})
 }
 
-func killDaemonUnderFio(t *testing.T, c *labCLI, dev, size string) {
+// killDaemonUnderFio kills the client daemon under fio verify on dev and
+// has a new one recover the device; between the two, if not nil,
+// whileDead runs before the new daemon starts and afterStart after.
+func killDaemonUnderFio(t *testing.T, c *labCLI, dev, size string, whileDead, afterStart func()) {
 	fio := startFio(t, labtest.VerifyArgs(dev, size))
 	time.Sleep(1500 * time.Millisecond)
 	if !fio.running() {
@@ -329,10 +372,23 @@ func killDaemonUnderFio(t *testing.T, c *labCLI, dev, size string) {
 	if !fio.running() {
 		t.Fatal("fio ended with the daemon: the device did not wait")
 	}
+	if whileDead != nil {
+		whileDead()
+	}
 	// Any command that needs the daemon starts one, which recovers the
-	// device before it answers.
-	if out := c.must("list"); !strings.Contains(out, "a.img") || !strings.Contains(out, " open ") {
-		t.Errorf("list, which started a daemon again:\n%s", out)
+	// device before it answers, or keeps trying: until the kernel has
+	// noticed the dead daemon (its monitor runs every 5 s; under TCG the
+	// RDMA teardown of a killed process takes a while too), and while the
+	// server is away.
+	c.must("list")
+	if afterStart != nil {
+		afterStart()
+	}
+	if !labtest.WaitFor(2*time.Minute, func() bool {
+		out := c.must("list")
+		return strings.Contains(out, "a.img") && strings.Contains(out, " open ")
+	}) {
+		t.Errorf("the device was not recovered within 2 minutes:\n%s", c.must("list"))
 	}
 	res, stderr, err := fio.wait(t, 3*time.Minute)
 	if err != nil || res.Errors() != 0 || res.IOs() == 0 {
