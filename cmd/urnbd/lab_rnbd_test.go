@@ -339,6 +339,13 @@ func TestLabCLIClientDaemonDies(t *testing.T) {
 		killDaemonUnderFio(t, c, dev, "64M", func() { srv.kill() }, func() { srv.start() })
 	})
 	t.Run("rdma", func(t *testing.T) {
+		if os.Getenv("URNBD_LAB_RDMA_DAEMON_KILL") == "" {
+			// In 1 of 5 lab runs the killed daemon never exited: its
+			// io_uring workers stayed blocked (hung task warnings for
+			// 8 minutes and more) in the lab's 6.12 kernel with rxe,
+			// which would hang the whole suite.
+			t.Skip("set URNBD_LAB_RDMA_DAEMON_KILL=1: SIGKILL of a daemon with RDMA sessions can leave its io_uring workers blocked in the lab kernel (rxe)")
+		}
 		c := newLabCLI(t)
 		provisionRDMA(t)
 		killDaemonUnderFio(t, c, c.mapOverTwoRDMAPaths(t, "ddr", 1251), "32M", nil, nil)
