@@ -232,12 +232,7 @@ type restartableServer struct {
 }
 
 func newRestartableServer(t *testing.T, c *labCLI, dir string) *restartableServer {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &restartableServer{t: t, c: c, dir: dir, port: strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)}
-	ln.Close()
+	s := &restartableServer{t: t, c: c, dir: dir, port: strconv.Itoa(freePort(t))}
 	s.start()
 	t.Cleanup(func() {
 		if s.cmd != nil {
@@ -314,29 +309,22 @@ func alignedCopy(b []byte) []byte {
 // started again serves it again from its record; fio ends with 0 errors.
 // Over TCP and over RDMA (two paths).
 func TestLabCLIClientDaemonDies(t *testing.T) {
-	t.Run("tcp", func(t *testing.T) {
+	mapTCP := func(t *testing.T) (*labCLI, *restartableServer, string) {
 		c := newLabCLI(t)
-		dir := t.TempDir()
-		f, _ := os.Create(filepath.Join(dir, "a.img"))
-		f.Truncate(256 << 20)
-		f.Close()
-		port := strconv.Itoa(startServerCLI(t, c, dir))
-		dev := c.must("map", "sessname=dd", "dest_port="+port, "path=ip:127.0.0.1", "device_path=a.img")
+		srv := newRestartableServer(t, c, imageDir(t, 256<<20))
+		dev := c.must("map", "sessname=dd", "dest_port="+srv.port, "path=ip:127.0.0.1", "device_path=a.img")
 		t.Cleanup(func() { c.run("unmap", "--force", dev) })
+		return c, srv, dev
+	}
+	t.Run("tcp", func(t *testing.T) {
+		c, _, dev := mapTCP(t)
 		killDaemonUnderFio(t, c, dev, "64M", nil, nil)
 	})
 	t.Run("tcp, server down meanwhile", func(t *testing.T) {
-		c := newLabCLI(t)
-		dir := t.TempDir()
-		f, _ := os.Create(filepath.Join(dir, "a.img"))
-		f.Truncate(256 << 20)
-		f.Close()
-		srv := newRestartableServer(t, c, dir)
-		dev := c.must("map", "sessname=dd", "dest_port="+srv.port, "path=ip:127.0.0.1", "device_path=a.img")
-		t.Cleanup(func() { c.run("unmap", "--force", dev) })
+		c, srv, dev := mapTCP(t)
 		// The daemon that starts finds no server: it keeps trying, and
 		// recovers the device once the server is back.
-		killDaemonUnderFio(t, c, dev, "64M", func() { srv.kill() }, func() { srv.start() })
+		killDaemonUnderFio(t, c, dev, "64M", srv.kill, srv.start)
 	})
 	t.Run("rdma", func(t *testing.T) {
 		if os.Getenv("URNBD_LAB_RDMA_DAEMON_KILL") == "" {
