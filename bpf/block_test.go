@@ -89,8 +89,8 @@ func rootDisk() (uint64, error) {
 
 // directIO writes n blocks of 4 KiB with O_DIRECT to path (a file, created
 // if missing, or a block device), fsyncs it, and reads them back with
-// O_DIRECT.
-func directIO(t *testing.T, path string, n int) {
+// O_DIRECT, checking the data if verify is set (a device that stores it).
+func directIO(t *testing.T, path string, n int, verify bool) {
 	t.Helper()
 	const bs = 4096
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_DIRECT, 0o600)
@@ -115,6 +115,9 @@ func directIO(t *testing.T, path string, n int) {
 			t.Fatal(err)
 		}
 		for j := range buf {
+			if !verify {
+				break
+			}
 			if buf[j] != byte(i+j) {
 				t.Fatalf("%s: block %d byte %d reads %#x, wrote %#x", path, i, j, buf[j], byte(i+j))
 			}
@@ -170,7 +173,7 @@ func TestBlockLatencyCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 64
-	directIO(t, filepath.Join(dir, "direct.img"), n)
+	directIO(t, filepath.Join(dir, "direct.img"), n, true)
 	h1, err := b.Histogram(dev)
 	if err != nil {
 		t.Fatal(err)
@@ -272,7 +275,7 @@ func TestBlockLatencyFilter(t *testing.T) {
 	b := loadBlock(t, BlockLatencyOptions{Devices: []uint64{idle}})
 	defer b.Close()
 
-	directIO(t, filepath.Join(dir, "direct.img"), 16)
+	directIO(t, filepath.Join(dir, "direct.img"), 16, true)
 	devs, err := b.Devices()
 	if err != nil {
 		t.Fatal(err)
@@ -285,7 +288,7 @@ func TestBlockLatencyFilter(t *testing.T) {
 	if err := b.AddDevice(dev); err != nil {
 		t.Fatal(err)
 	}
-	directIO(t, filepath.Join(dir, "direct.img"), 16)
+	directIO(t, filepath.Join(dir, "direct.img"), 16, true)
 	h, err := b.Histogram(dev)
 	if err != nil {
 		t.Fatal(err)

@@ -4,11 +4,19 @@
 /*
  * comp_cpu.bpf.c: on which CPU do the completions of user-space CQs land.
  *
- * fentry on ib_uverbs_comp_handler (module ib_uverbs), which the RDMA core
+ * kprobe on ib_uverbs_comp_handler (module ib_uverbs), which the RDMA core
  * calls for a CQ that has a completion channel once the device signals a
  * completion: from the completion vector's hard IRQ with a real HCA, from
  * the completer's softirq or work item with rxe. It is where a completion
  * becomes the event that wakes the queue thread polling that channel.
+ *
+ * A kprobe, not fentry: a BPF trampoline's release waits for an RCU-tasks
+ * grace period (ftrace_shutdown of its dynamic ftrace_ops), and in the lab
+ * that wait never ended in a client daemon killed with RDMA I/O in flight,
+ * which then could not exit (nor its ublk devices be recovered). A kprobe
+ * uses the kernel's static kprobe ftrace_ops, whose release does not wait
+ * for RCU tasks. The kprobe reads its argument from the registers, so the
+ * object is built per architecture (amd64, arm64).
  *
  * Counts per CPU, and per CQ (identified by the user_handle libibverbs
  * gave at ibv_create_cq, which is the address of the process's struct
@@ -40,8 +48,8 @@ struct {
 	__type(value, struct cq_cpu_val);
 } urnbd_cq_cpu SEC(".maps");
 
-SEC("fentry/ib_uverbs_comp_handler")
-int BPF_PROG(urnbd_cq_comp, struct ib_cq *cq, void *cq_context)
+SEC("kprobe/ib_uverbs_comp_handler")
+int BPF_KPROBE(urnbd_cq_comp, struct ib_cq *cq)
 {
 	struct cq_cpu_key key = {};
 	struct cq_cpu_val *val, init = {};

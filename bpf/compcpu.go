@@ -1,26 +1,19 @@
-//go:build linux
+//go:build linux && (386 || amd64 || arm64)
 
 package bpf
 
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"sort"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
-
-	"github.com/urnbd/urnbd/rtrs"
 )
 
-// ErrUnavailable means a program's attach point does not exist on this
-// host (ib_uverbs not loaded, for LoadCompletionCPU).
-var ErrUnavailable = errors.New("attach point unavailable")
-
-// CompletionCPU counts, with fentry on ib_uverbs_comp_handler, on which
+// CompletionCPU counts, with a kprobe on ib_uverbs_comp_handler, on which
 // CPU the completions of user-space CQs land: the CPU whose hard IRQ
 // (a real HCA's completion vector) or softirq/work item (rxe) ran the CQ's
 // completion handler, which then wakes the thread waiting on the CQ's
@@ -60,7 +53,7 @@ func LoadCompletionCPU(opts Options) (*CompletionCPU, error) {
 	if err := spec.LoadAndAssign(&c.objs, copts); err != nil {
 		return nil, fmt.Errorf("load completion CPU program: %w", err)
 	}
-	c.link, err = link.AttachTracing(link.TracingOptions{Program: c.objs.UrnbdCqComp})
+	c.link, err = link.Kprobe("ib_uverbs_comp_handler", c.objs.UrnbdCqComp, nil)
 	if err != nil {
 		c.Close()
 		return nil, fmt.Errorf("attach %s: %w", c.objs.UrnbdCqComp, err)
@@ -75,14 +68,6 @@ func (c *CompletionCPU) PerCPU() ([]uint64, error) {
 		return nil, fmt.Errorf("read urnbd_comp_cpu: %w", err)
 	}
 	return v, nil
-}
-
-// CQCount is the number of completions of one CQ on one CPU.
-type CQCount struct {
-	UserHandle uint64 `json:"user_handle"` // the process's struct ibv_cq address
-	CPU        int    `json:"cpu"`
-	CompVector uint32 `json:"comp_vector"`
-	Count      uint64 `json:"count"`
 }
 
 // CQs returns the completions per CQ and CPU, by user handle and CPU.
@@ -104,32 +89,6 @@ func (c *CompletionCPU) CQs() ([]CQCount, error) {
 		return out[i].CPU < out[j].CPU
 	})
 	return out, nil
-}
-
-// Migration computes RTRS's cpu_migration from counts: expected gives
-// the CPU each CQ's completions should land on (the CPU of the queue
-// that polls it); CQs it does not know are left out. A completion of a
-// CQ expected on CPU e that landed on CPU c != e counts in from[e] and
-// to[c]. Both slices have ncpu entries; CPUs beyond are left out.
-func Migration(counts []CQCount, ncpu int, expected func(userHandle uint64) (cpu int, ok bool)) (from, to []uint64) {
-	from, to = make([]uint64, ncpu), make([]uint64, ncpu)
-	for _, c := range counts {
-		e, ok := expected(c.UserHandle)
-		if !ok || e == c.CPU || e < 0 || e >= ncpu || c.CPU < 0 || c.CPU >= ncpu {
-			continue
-		}
-		from[e] += c.Count
-		to[c.CPU] += c.Count
-	}
-	return from, to
-}
-
-// FormatCPUMigration writes from and to as RTRS's 5.6 cpu_migration
-// table ("    CPU0 CPU1 ...", "from: ...", "to  : ...").
-func FormatCPUMigration(w io.Writer, from, to []uint64) error {
-	s := rtrs.ClientStatsSnapshot{MigrationFrom: from, MigrationTo: to}
-	_, err := w.Write(s.AppendCPUMigration(nil))
-	return err
 }
 
 // Reset clears the counts.

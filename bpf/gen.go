@@ -8,4 +8,4 @@ package bpf
 // clang, llvm-strip and libbpf-dev (for <bpf/bpf_helpers.h>).
 
 //go:generate go tool bpf2go -cc clang -strip llvm-strip -cflags "-O2 -Wall -Werror" -target bpfel,bpfeb -tags linux -output-stem block_lat -type blk_start -type blk_hist_key -type blk_sum_key -type blk_sum -type blk_cfg blockLat block_lat.bpf.c
-//go:generate go tool bpf2go -cc clang -strip llvm-strip -cflags "-O2 -Wall -Werror" -target bpfel,bpfeb -tags linux -output-stem comp_cpu -type cq_cpu_key -type cq_cpu_val compCPU comp_cpu.bpf.c
+//go:generate go tool bpf2go -cc clang -strip llvm-strip -cflags "-O2 -Wall -Werror" -target amd64,arm64 -tags linux -output-stem comp_cpu -type cq_cpu_key -type cq_cpu_val compCPU comp_cpu.bpf.c

@@ -43,7 +43,9 @@ func TestLabBlockLatency(t *testing.T) {
 	}
 	b := loadBlock(t, BlockLatencyOptions{Devices: []uint64{dev}})
 	defer b.Close()
-	directIO(t, "/dev/nullb0", 32)
+	// null_blk stores nothing unless loaded with memory_backed=1, which
+	// another lab test may or may not have done first.
+	directIO(t, "/dev/nullb0", 32, false)
 	h, err := b.Histogram(dev)
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +59,7 @@ func TestLabBlockLatency(t *testing.T) {
 }
 
 // TestLabCompletionCPU runs two ibv_rc_pingpong processes with completion
-// events over soft-RoCE and checks that the fentry program saw their CQs'
+// events over soft-RoCE and checks that the kprobe program saw their CQs'
 // completions, per CPU and per CQ.
 func TestLabCompletionCPU(t *testing.T) {
 	provision(t)

@@ -85,4 +85,24 @@ struct ib_cq {
 
 #pragma clang attribute pop
 
+/*
+ * The registers a kprobe program gets, in the layout of the user-space
+ * ABI (include/uapi/asm/ptrace.h), which is what bpf_tracing.h's
+ * PT_REGS_PARM* read without a vmlinux.h. Not CO-RE relocated: the kernel
+ * names the fields differently, and this layout is ABI.
+ */
+#if defined(__TARGET_ARCH_x86)
+struct pt_regs {
+	unsigned long r15, r14, r13, r12, rbp, rbx, r11, r10, r9, r8;
+	unsigned long rax, rcx, rdx, rsi, rdi, orig_rax, rip, cs, eflags, rsp, ss;
+};
+#elif defined(__TARGET_ARCH_arm64)
+struct user_pt_regs {
+	__u64 regs[31];
+	__u64 sp;
+	__u64 pc;
+	__u64 pstate;
+};
+#endif
+
 #endif /* URNBD_TYPES_H */

@@ -90,7 +90,7 @@ lab_suite() {
   local rc=0
   tools/lab/lab build-rnbd
   URNBD_BIN="$root/.cache/lab/bin/urnbd" tools/lab/lab run --timeout 2400 -- \
-    tools/lab/tests/run-all.sh kernel-rnbd-smoke.sh rdma-smoke.sh rnbd-interop.sh go-tests.sh || rc=1
+    tools/lab/tests/run-all.sh kernel-rnbd-smoke.sh rdma-smoke.sh rnbd-interop.sh go-tests.sh daemon-kill-rdma.sh || rc=1
   # A boot of its own: it leaves a soft-RoCE pair unusable.
   URNBD_BIN="$root/.cache/lab/bin/urnbd" tools/lab/lab run --timeout 600 -- \
     tools/lab/tests/run-all.sh veth-down.sh || rc=1
