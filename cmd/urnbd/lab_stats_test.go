@@ -548,11 +548,8 @@ func (c *labCLI) mapOverTwoRDMAPaths(t *testing.T, sess string, port int) (dev s
 // daemon must live through it (a queue once polled the CQ of a path the
 // disconnect was freeing, and the daemon died: 2 runs in 3 with a daemon
 // built with -race), fio must see no error and both paths must end
-// connected. It takes minutes in the emulated lab, so it is opt-in.
+// connected. It takes 1–2 minutes in the emulated lab.
 func TestLabRDMAPathFlapUnderFio(t *testing.T) {
-	if os.Getenv("URNBD_LAB_RDMA_PATH_CMDS") != "1" {
-		t.Skip("set URNBD_LAB_RDMA_PATH_CMDS=1: minutes of RDMA path flaps under fio")
-	}
 	c := newLabCLI(t)
 	provisionRDMA(t)
 	dev := c.mapOverTwoRDMAPaths(t, "flap", 1251)
