@@ -6,9 +6,10 @@
 # round that does not.
 #
 # Why: with its completion CPU probe attached by fentry, a killed daemon
-# sometimes never exited (about 1 round in 10 of this load): releasing the
-# probe's BPF trampoline waited in synchronize_rcu_tasks for good. The
-# probe is a kprobe now. A hang prints the stuck threads' kernel stacks.
+# sometimes never exited (once in a 6-round run of this load, once in a
+# lab suite run): releasing the probe's BPF trampoline waited in
+# synchronize_rcu_tasks for good. The probe is a kprobe now. A hang
+# prints the stuck threads' kernel stacks.
 #
 # Needs the lab (tools/lab/lab run) and URNBD_BIN (default
 # .cache/lab/bin/urnbd). Not verified I/O: TestLabCLIClientDaemonDies
