@@ -3,15 +3,10 @@
 package bpf
 
 import (
-	"errors"
 	"io"
 
 	"github.com/urnbd/urnbd/rtrs"
 )
-
-// ErrUnavailable means a program's attach point does not exist on this
-// host (ib_uverbs not loaded, for LoadCompletionCPU).
-var ErrUnavailable = errors.New("attach point unavailable")
 
 // CQCount is the number of completions of one CQ on one CPU.
 type CQCount struct {
