@@ -18,9 +18,13 @@ const yieldEvery = 4 * time.Millisecond
 // such retake resets sysmon to polling every 20µs for the next
 // millisecond or more. With one loop per CPU, sysmon never calms down: on
 // the lab's emulated CPUs it took about a third of the client daemon's CPU
-// time, in nanosleep (about a tenth with a Yielder in each loop). Calling
-// runtime.Gosched every few milliseconds costs two thread wake-ups each
-// time and keeps sysmon asleep.
+// time, in nanosleep (a tenth to a quarter with a Yielder in each loop).
+// Calling runtime.Gosched every few milliseconds costs two thread wake-ups
+// each time and keeps sysmon asleep.
+//
+// A Yielder helps only a loop that goes round: one that sleeps 10ms or
+// more in a single wait, because it has nothing to do (the queue of a CPU
+// that issues no I/O), is preempted all the same.
 //
 // The zero value is ready; a Yielder belongs to one goroutine.
 type Yielder struct {
