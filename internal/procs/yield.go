@@ -37,7 +37,7 @@ type Yielder struct {
 // It reads the clock each time (a vDSO call, cheap next to the system call
 // of a loop iteration): looking only every few ticks let a loop whose
 // iterations take milliseconds, as on the lab's emulated CPUs, go past
-// 10ms, and sysmon preempted it about 90 times a second.
+// 10ms, and sysmon preempted it 50 to 100 times a second.
 func (y *Yielder) Tick() {
 	now := time.Now()
 	if now.Before(y.next) {
