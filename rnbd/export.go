@@ -4,41 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
+	"path"
 	"strings"
 	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
-
-// resolveExport turns a client's dev_name into the path of the file or
-// block device to open. It applies the kernel server's rule
-// (ResolveDevPath: no "..", dev_search_path with %SESSNAME%) and, stricter
-// than the kernel, refuses a path whose symbolic links lead outside the
-// search root: an export cannot be used to reach the rest of the server.
-func resolveExport(searchPath, sessName, devName string) (string, error) {
-	p, err := ResolveDevPath(searchPath, sessName, devName)
-	if err != nil {
-		return "", fmt.Errorf("device %q: %w", devName, syscall.EINVAL)
-	}
-	root := searchPath
-	if i := strings.Index(searchPath, "%SESSNAME%"); i >= 0 {
-		root = filepath.Join(searchPath[:i], sessName)
-	}
-	realRoot, err := filepath.EvalSymlinks(filepath.Clean(root))
-	if err != nil {
-		return "", fmt.Errorf("dev_search_path %s: %w", root, err)
-	}
-	real, err := filepath.EvalSymlinks(p)
-	if err != nil {
-		return "", fmt.Errorf("device %q: %w", devName, err)
-	}
-	if real != realRoot && !strings.HasPrefix(real, realRoot+string(filepath.Separator)) && realRoot != "/" {
-		return "", fmt.Errorf("device %q resolves to %s, outside %s: %w", devName, real, realRoot, syscall.EINVAL)
-	}
-	return real, nil
-}
 
 // backend is an opened export: a regular file, a block device or a
 // memory export (mem set, f nil).
@@ -50,43 +22,207 @@ type backend struct {
 	lbs      uint32
 	blockDev bool
 	readOnly bool
+	// key identifies the opened object, whatever name reached it:
+	// "DEV:INO" of a regular file, "blk:MAJOR:MINOR" of a block device (so
+	// two device nodes of one disk are one export). Empty for memory
+	// exports.
+	key string
+	// path is the name the export was opened by, for logs.
+	path string
 }
 
-func openBackend(path string, readOnly bool) (*backend, error) {
-	flags := os.O_RDWR
-	if readOnly {
-		flags = os.O_RDONLY
+// openExport opens the export a client names, confined beneath the search
+// root, in one lookup that a symlink swap cannot race (a check of one name
+// followed by an open of the same name could).
+//
+// devName goes through ResolveDevPath first (no "..", PathMax,
+// %SESSNAME%); a refusal wraps syscall.EINVAL. The root is searchPath, or
+// the text before %SESSNAME% + "/" + sessName, and sessName must then be a
+// single path component (not empty, ".", ".." or containing "/"), so one
+// session cannot name another's root. The root is opened as a directory
+// (a missing root wraps ENOENT) and the rest of the path is resolved from
+// it with openat2 RESOLVE_BENEATH|RESOLVE_NO_MAGICLINKS:
+//
+//   - symlinks, final ones included, are followed while they stay beneath
+//     the root; a relative one climbing above it, any absolute one (even
+//     if it points back inside) and /proc magic links wrap EINVAL. The
+//     lookup stops at the escaping component before it reaches the outside
+//     target, so the answer does not reveal whether that target exists;
+//   - ENOENT means the name does not exist beneath the root;
+//   - without openat2 (Linux < 5.6) the error wraps EOPNOTSUPP: there is
+//     no fallback to an unconfined open.
+//
+// The object is first opened O_PATH, which has no side effects, and
+// anything but a regular file or block device wraps EINVAL, so FIFOs,
+// sockets, directories and character devices are never really opened.
+// The real open repeats the confined lookup with O_NONBLOCK|O_NOCTTY
+// (O_DIRECT when the filesystem allows it) and must reach the same
+// (dev, ino); after one retry a mismatch wraps EINVAL. A FIFO or device
+// node beneath the root swapped in between the two opens is therefore
+// opened, without blocking, and refused.
+//
+// It returns the backend (key and path set, O_NONBLOCK cleared) and the
+// path it opened, for logs.
+func openExport(searchPath, sessName, devName string, readOnly bool) (*backend, string, error) {
+	full, err := ResolveDevPath(searchPath, sessName, devName)
+	if err != nil {
+		return nil, "", fmt.Errorf("device %q: %w: %w", devName, err, syscall.EINVAL)
 	}
-	f, err := os.OpenFile(path, flags|unix.O_DIRECT, 0)
-	if errors.Is(err, syscall.EINVAL) {
-		f, err = os.OpenFile(path, flags, 0)
+	root := searchPath
+	if i := strings.Index(searchPath, SessNameToken); i >= 0 {
+		if sessName == "" || sessName == "." || sessName == ".." || strings.Contains(sessName, "/") {
+			return nil, "", fmt.Errorf("device %q: session name %q is not a single path component: %w",
+				devName, sessName, syscall.EINVAL)
+		}
+		root = searchPath[:i] + "/" + sessName
+	}
+	root = collapseSlashes(root)
+	if root == "" {
+		root = "/" // ResolveDevPath made "/" + devName
+	}
+	prefix := strings.TrimSuffix(root, "/") + "/"
+	rel, ok := strings.CutPrefix(full, prefix)
+	if !ok || rel == "" || path.Clean(rel) == "." {
+		return nil, "", fmt.Errorf("device %q names no file beneath dev_search_path %s: %w", devName, root, syscall.EINVAL)
+	}
+
+	rootFD, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, "", fmt.Errorf("dev_search_path %s: %w", root, err)
+	}
+	defer unix.Close(rootFD)
+
+	acc := uint64(unix.O_RDWR)
+	if readOnly {
+		acc = unix.O_RDONLY
+	}
+	for attempt := 0; ; attempt++ {
+		fd, st, err := openBeneath(rootFD, root, rel, devName, acc)
+		if err == errChanged && attempt == 0 {
+			continue
+		}
+		if err == errChanged {
+			return nil, "", fmt.Errorf("device %q: %s changed while opening: %w", devName, full, syscall.EINVAL)
+		}
+		if err != nil {
+			return nil, "", err
+		}
+		b, err := newFileBackend(fd, &st, full, readOnly)
+		if err != nil {
+			return nil, "", fmt.Errorf("device %q: %s: %w", devName, full, err)
+		}
+		return b, full, nil
+	}
+}
+
+// errChanged reports that the two lookups of openBeneath reached different
+// objects.
+var errChanged = errors.New("export changed while opening")
+
+// openBeneath opens rel beneath rootFD with access mode acc: an O_PATH open
+// to check the type, then the real open, which must reach the same object.
+// It returns the open fd (O_NONBLOCK still set) and its stat, errChanged,
+// or an error with context.
+func openBeneath(rootFD int, root, rel, devName string, acc uint64) (int, unix.Stat_t, error) {
+	var st, st2 unix.Stat_t
+	pfd, err := openat2Beneath(rootFD, rel, unix.O_PATH|unix.O_CLOEXEC)
+	if err != nil {
+		return -1, st, beneathErr(devName, root, err)
+	}
+	err = unix.Fstat(pfd, &st)
+	unix.Close(pfd)
+	if err != nil {
+		return -1, st, fmt.Errorf("device %q: fstat: %w", devName, err)
+	}
+	if t := st.Mode & unix.S_IFMT; t != unix.S_IFREG && t != unix.S_IFBLK {
+		return -1, st, fmt.Errorf("device %q: not a regular file or block device (mode %#o): %w",
+			devName, st.Mode, syscall.EINVAL)
+	}
+	flags := acc | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC
+	fd, err := openat2Beneath(rootFD, rel, flags|unix.O_DIRECT)
+	if err == unix.EINVAL {
+		fd, err = openat2Beneath(rootFD, rel, flags)
 	}
 	if err != nil {
-		return nil, err
+		return -1, st, beneathErr(devName, root, err)
 	}
-	b := &backend{f: f, fd: int(f.Fd()), lbs: 512, readOnly: readOnly}
-	var st unix.Stat_t
-	if err := unix.Fstat(b.fd, &st); err != nil {
-		f.Close()
-		return nil, err
+	if err := unix.Fstat(fd, &st2); err != nil {
+		unix.Close(fd)
+		return -1, st, fmt.Errorf("device %q: fstat: %w", devName, err)
 	}
+	if st2.Dev != st.Dev || st2.Ino != st.Ino || st2.Mode&unix.S_IFMT != st.Mode&unix.S_IFMT {
+		unix.Close(fd)
+		return -1, st, errChanged
+	}
+	return fd, st2, nil
+}
+
+// openat2Beneath is openat2(rootFD, rel) confined beneath rootFD without
+// magic links. It retries EINTR, and EAGAIN, which openat2 returns when a
+// concurrent rename or mount keeps it from proving a ".." stayed beneath.
+func openat2Beneath(rootFD int, rel string, flags uint64) (int, error) {
+	how := unix.OpenHow{Flags: flags, Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS}
+	for i := 0; ; i++ {
+		fd, err := unix.Openat2(rootFD, rel, &how)
+		if (err == unix.EINTR || err == unix.EAGAIN) && i < 16 {
+			continue
+		}
+		return fd, err
+	}
+}
+
+// beneathErr gives a failed openat2 of devName its meaning for the client.
+func beneathErr(devName, root string, err error) error {
+	switch err {
+	case unix.EXDEV:
+		return fmt.Errorf("device %q: path leaves dev_search_path %s: %w", devName, root, syscall.EINVAL)
+	case unix.ELOOP:
+		return fmt.Errorf("device %q: path leaves dev_search_path %s through a magic link, or loops: %w",
+			devName, root, syscall.EINVAL)
+	case unix.ENOENT:
+		return fmt.Errorf("device %q: no such file beneath dev_search_path %s: %w", devName, root, syscall.ENOENT)
+	case unix.ENOSYS:
+		return fmt.Errorf("device %q: opening exports safely needs openat2 (Linux 5.6+): %w", devName, syscall.EOPNOTSUPP)
+	}
+	return fmt.Errorf("device %q: open beneath dev_search_path %s: %w", devName, root, err)
+}
+
+// newFileBackend makes the backend of fd, a regular file or block device
+// whose fstat is st, named name. It clears O_NONBLOCK and takes ownership
+// of fd, closing it on error.
+func newFileBackend(fd int, st *unix.Stat_t, name string, readOnly bool) (*backend, error) {
+	if err := unix.SetNonblock(fd, false); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("clear O_NONBLOCK: %w", err)
+	}
+	b := &backend{fd: fd, lbs: 512, readOnly: readOnly, path: name}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFREG:
 		b.size = uint64(st.Size)
+		b.key = fmt.Sprintf("%d:%d", st.Dev, st.Ino)
 	case unix.S_IFBLK:
 		b.blockDev = true
-		if _, _, e := unix.Syscall(unix.SYS_IOCTL, f.Fd(), unix.BLKGETSIZE64, uintptr(unsafe.Pointer(&b.size))); e != 0 {
-			f.Close()
-			return nil, e
+		b.key = fmt.Sprintf("blk:%d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev))
+		if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.BLKGETSIZE64, uintptr(unsafe.Pointer(&b.size))); e != 0 {
+			unix.Close(fd)
+			return nil, fmt.Errorf("BLKGETSIZE64: %w", e)
 		}
-		if lbs, err := unix.IoctlGetInt(b.fd, unix.BLKSSZGET); err == nil && lbs > 0 {
+		if lbs, err := unix.IoctlGetInt(fd, unix.BLKSSZGET); err == nil && lbs > 0 {
 			b.lbs = uint32(lbs)
 		}
 	default:
-		f.Close()
-		return nil, fmt.Errorf("%s is not a regular file or block device: %w", path, syscall.EINVAL)
+		unix.Close(fd)
+		return nil, fmt.Errorf("not a regular file or block device: %w", syscall.EINVAL)
 	}
+	b.f = os.NewFile(uintptr(fd), name)
 	return b, nil
+}
+
+// close closes the backend's file, if it has one.
+func (b *backend) close() {
+	if b.f != nil {
+		b.f.Close()
+	}
 }
 
 // geometry fills the device part of an OpenRsp.

@@ -4,11 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"math"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/urnbd/urnbd/rtrs"
 	"github.com/urnbd/urnbd/rtrs/rdmatr"
 	"github.com/urnbd/urnbd/rtrs/tcp"
 )
@@ -44,14 +46,15 @@ type Server struct {
 	cfg ServerConfig
 
 	mu       sync.Mutex         // control path: opens, closes, sessions
-	sessions sync.Map           // name → *serverSession, read without mu
-	exports  map[string]*export // by resolved path; under mu
+	sessions sync.Map           // *rtrs.ServerSession → *serverSession, read without mu
+	exports  map[string]*export // by backend key (device and inode); under mu
 	memory   *memoryStores
 	engine   *ioEngine // nil: backend I/O is synchronous
 }
 
 // export is one file or block device opened by one or more sessions.
 type export struct {
+	key     string // backend.key
 	path    string
 	writers int // mappings with access mode rw or migration
 	users   int
@@ -60,6 +63,9 @@ type export struct {
 type serverSession struct {
 	name string
 	ver  uint8
+	// released is set under Server.mu once the RTRS session is gone: no
+	// device opens on it any more.
+	released bool
 	// devs is the device table by id (nil = free), replaced as a whole
 	// under Server.mu and read without a lock by the I/O path.
 	devs atomic.Pointer[[]*mapping]
@@ -119,6 +125,7 @@ func (s *Server) logf(format string, args ...any) {
 // request is one RTRS request as the server sees it, whatever the
 // transport.
 type request struct {
+	Sess    *rtrs.ServerSession
 	Session string
 	Write   bool
 	Usr     []byte
@@ -133,7 +140,7 @@ const pending = 1
 
 // HandleIO implements tcp.ServerHandler: one RNBD message per RTRS request.
 func (s *Server) HandleIO(io *tcp.ServerIO) {
-	r := request{io.Session, io.Write, io.Usr, io.Data, io}
+	r := request{io.Sess, io.Session, io.Write, io.Usr, io.Data, io}
 	if e := s.handle(&r); e != pending {
 		io.Complete(e)
 	}
@@ -145,7 +152,7 @@ func (s *Server) RDMA() rdmatr.ServerHandler { return rdmaHandler{s} }
 type rdmaHandler struct{ s *Server }
 
 func (h rdmaHandler) HandleIO(io *rdmatr.ServerIO) {
-	r := request{io.Session, io.Write, io.Usr, io.Data, io}
+	r := request{io.Sess, io.Session, io.Write, io.Usr, io.Data, io}
 	if e := h.s.handle(&r); e != pending {
 		io.Complete(e)
 	}
@@ -171,14 +178,42 @@ func (s *Server) handle(io *request) int {
 	return -int(syscall.EINVAL)
 }
 
-// session returns the named session, creating it; s.mu is held.
-func (s *Server) session(name string) *serverSession {
-	if v, ok := s.sessions.Load(name); ok {
-		return v.(*serverSession)
+// session returns the RNBD state of io's RTRS session, creating it, or nil
+// if the session was released meanwhile; s.mu is held.
+func (s *Server) session(io *request) *serverSession {
+	if v, ok := s.sessions.Load(io.Sess); ok {
+		sess := v.(*serverSession)
+		if sess.released {
+			return nil
+		}
+		return sess
 	}
-	sess := &serverSession{name: name, ver: ProtoVerMajor}
-	s.sessions.Store(name, sess)
+	if io.Sess.Released() {
+		return nil
+	}
+	sess := &serverSession{name: io.Session, ver: ProtoVerMajor}
+	s.sessions.Store(io.Sess, sess)
 	return sess
+}
+
+// ReleaseSession closes every device of an RTRS session that is gone, as
+// the kernel's server does when its RTRS session closes; requests running
+// on them finish first. It is the rtrs.ServerTableConfig.OnRelease of the
+// server's RTRS session layer.
+func (s *Server) ReleaseSession(rs *rtrs.ServerSession) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.sessions.LoadAndDelete(rs)
+	if !ok {
+		return
+	}
+	sess := v.(*serverSession)
+	sess.released = true
+	for id, d := range sess.table() {
+		if d != nil {
+			s.closeDevice(sess, uint32(id))
+		}
+	}
 }
 
 func (s *Server) sessInfo(io *request) int {
@@ -186,8 +221,15 @@ func (s *Server) sessInfo(io *request) int {
 	if err := m.Unmarshal(io.Usr); err != nil {
 		return -int(syscall.EINVAL)
 	}
+	if io.Write || len(io.Data) < SessInfoRspSize {
+		return -int(syscall.EINVAL) // the answer needs a read's buffer
+	}
 	s.mu.Lock()
-	sess := s.session(io.Session)
+	sess := s.session(io)
+	if sess == nil {
+		s.mu.Unlock()
+		return -int(syscall.ENOTCONN)
+	}
 	sess.ver = min(m.Ver, ProtoVerMajor)
 	rsp := SessInfoRsp{Ver: sess.ver}
 	s.mu.Unlock()
@@ -210,84 +252,130 @@ func (s *Server) open(io *request) int {
 	if err := m.Unmarshal(io.Usr); err != nil {
 		return -int(syscall.EINVAL)
 	}
+	if io.Write || len(io.Data) < OpenRspSize {
+		// Refused before anything is opened: the answer needs a read's
+		// buffer.
+		return -int(syscall.EINVAL)
+	}
+	switch m.AccessMode {
+	case AccessRO, AccessRW, AccessMigration:
+	default:
+		return -int(syscall.EINVAL)
+	}
 	name := m.DevNameString()
+	ro := m.AccessMode == AccessRO
+	// The export is opened before the lock is taken: opening a file can
+	// take long (a slow disk, a network file system), and other sessions'
+	// opens and closes must not wait for it.
+	var be *backend
 	mem, isMem, err := s.memory.lookup(name)
-	path := memoryPrefix + name
-	if !isMem {
-		path, err = resolveExport(s.cfg.DevSearchPath, io.Session, name)
+	switch {
+	case err != nil:
+	case isMem:
+		be = &backend{mem: mem, size: uint64(len(mem.mem)), lbs: 512, readOnly: ro, key: memoryPrefix + name, path: memoryPrefix + name}
+	default:
+		be, _, err = openExport(s.cfg.DevSearchPath, io.Session, name, ro)
 	}
 	if err != nil {
 		s.logf("rnbd: session %s: open %q refused: %v", io.Session, name, err)
 		return errnoOf(err)
 	}
+	id, added, e := s.addDevice(io, be, m.AccessMode)
+	if !added {
+		be.close()
+	}
+	if e != 0 {
+		return e
+	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	sess := s.session(io.Session)
-	devs := sess.table()
-	id := -1
-	for i, d := range devs {
-		if d != nil && d.exp.path == path {
-			id = i // the kernel answers a repeated open with the same id
-			break
-		}
-	}
-	if id < 0 {
-		exp := s.exports[path]
-		if exp == nil {
-			exp = &export{path: path}
-		}
-		switch m.AccessMode {
-		case AccessRO:
-		case AccessRW:
-			if exp.writers > 0 {
-				return -int(syscall.EPERM)
-			}
-		case AccessMigration:
-			if exp.writers >= 2 {
-				return -int(syscall.EPERM)
-			}
-		default:
-			return -int(syscall.EINVAL)
-		}
-		var be *backend
-		if mem != nil {
-			be = &backend{mem: mem, size: uint64(len(mem.mem)), lbs: 512, readOnly: m.AccessMode == AccessRO}
-		} else {
-			be, err = openBackend(path, m.AccessMode == AccessRO)
-		}
-		if err != nil {
-			s.logf("rnbd: session %s: open %s: %v", io.Session, path, err)
-			return errnoOf(err)
-		}
-		if m.AccessMode != AccessRO {
-			exp.writers++
-		}
-		exp.users++
-		s.exports[path] = exp
-		d := &mapping{exp: exp, mode: m.AccessMode, be: be}
-		devs = append([]*mapping(nil), devs...)
-		for i, old := range devs {
-			if old == nil {
-				id = i
-				devs[i] = d
-				break
-			}
-		}
-		if id < 0 {
-			id = len(devs)
-			devs = append(devs, d)
-		}
-		sess.devs.Store(&devs)
-		s.logf("rnbd: session %s: opened %s as device %d (%s)", io.Session, path, id, m.AccessMode)
-	}
+	d := s.device(io.Sess, uint32(id))
 	var rsp OpenRsp
 	rsp.DeviceID = uint32(id)
-	devs[id].be.geometry(&rsp, s.cfg.MaxIOSize)
+	if d != nil {
+		d.be.geometry(&rsp, s.cfg.MaxIOSize)
+	}
+	s.mu.Unlock()
+	if d == nil {
+		return -int(syscall.ENOTCONN) // closed meanwhile
+	}
 	clear(io.Data)
 	if _, err := rsp.MarshalTo(io.Data); err != nil {
 		return -int(syscall.EINVAL)
 	}
 	return 0
+}
+
+// addDevice adds the opened backend be to io's session under the access
+// rules and returns its device id, whether be was taken (else the caller
+// closes it) and 0 or -errno. A repeated open of the same export with the
+// same mode answers the id it has (as the kernel does); with another mode
+// it is refused with EEXIST.
+func (s *Server) addDevice(io *request, be *backend, mode AccessMode) (id int, added bool, errno int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sess := s.session(io)
+	if sess == nil {
+		return -1, false, -int(syscall.ENOTCONN)
+	}
+	devs := sess.table()
+	for i, d := range devs {
+		if d != nil && d.exp.key == be.key {
+			if d.mode != mode {
+				s.logf("rnbd: session %s: %s already open as device %d (%s), %s refused", io.Session, be.path, i, d.mode, mode)
+				return -1, false, -int(syscall.EEXIST)
+			}
+			return i, false, 0
+		}
+	}
+	exp := s.exports[be.key]
+	if exp == nil {
+		exp = &export{key: be.key, path: be.path}
+	}
+	switch mode {
+	case AccessRW:
+		if exp.writers > 0 {
+			s.logf("rnbd: session %s: %s refused rw: already open for writing (map with access_mode=migration to share)", io.Session, be.path)
+			return -1, false, -int(syscall.EPERM)
+		}
+	case AccessMigration:
+		if exp.writers >= 2 {
+			return -1, false, -int(syscall.EPERM)
+		}
+	}
+	if mode != AccessRO {
+		exp.writers++
+	}
+	exp.users++
+	s.exports[be.key] = exp
+	d := &mapping{exp: exp, mode: mode, be: be}
+	devs = append([]*mapping(nil), devs...)
+	id = -1
+	for i, old := range devs {
+		if old == nil {
+			id = i
+			devs[i] = d
+			break
+		}
+	}
+	if id < 0 {
+		id = len(devs)
+		devs = append(devs, d)
+	}
+	sess.devs.Store(&devs)
+	s.logf("rnbd: session %s: opened %s as device %d (%s)", io.Session, be.path, id, mode)
+	return id, true, 0
+}
+
+// device returns device id of an RTRS session, or nil; s.mu is held.
+func (s *Server) device(rs *rtrs.ServerSession, id uint32) *mapping {
+	v, ok := s.sessions.Load(rs)
+	if !ok {
+		return nil
+	}
+	if devs := v.(*serverSession).table(); int(id) < len(devs) {
+		return devs[id]
+	}
+	return nil
 }
 
 func (s *Server) close(io *request) int {
@@ -297,35 +385,38 @@ func (s *Server) close(io *request) int {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	v, ok := s.sessions.Load(io.Session)
+	v, ok := s.sessions.Load(io.Sess)
 	if !ok {
 		return 0 // the kernel answers 0 for unknown ids too
 	}
-	sess := v.(*serverSession)
+	s.closeDevice(v.(*serverSession), m.DeviceID)
+	return 0
+}
+
+// closeDevice closes device id of sess, if open, after the requests
+// running on it; s.mu is held.
+func (s *Server) closeDevice(sess *serverSession, id uint32) {
 	devs := sess.table()
-	if int(m.DeviceID) >= len(devs) || devs[m.DeviceID] == nil {
-		return 0
+	if int(id) >= len(devs) || devs[id] == nil {
+		return
 	}
-	d := devs[m.DeviceID]
+	d := devs[id]
 	devs = append([]*mapping(nil), devs...)
-	devs[m.DeviceID] = nil
+	devs[id] = nil
 	sess.devs.Store(&devs)
 	// Requests already running on the device finish first.
 	d.closing.Store(true)
 	for d.refs.Load() != 0 {
 		time.Sleep(time.Millisecond)
 	}
-	if d.be.f != nil {
-		d.be.f.Close()
-	}
+	d.be.close()
 	if d.mode != AccessRO {
 		d.exp.writers--
 	}
 	if d.exp.users--; d.exp.users == 0 {
-		delete(s.exports, d.exp.path)
+		delete(s.exports, d.exp.key)
 	}
-	s.logf("rnbd: session %s: closed device %d (%s)", io.Session, m.DeviceID, d.exp.path)
-	return 0
+	s.logf("rnbd: session %s: closed device %d (%s)", sess.name, id, d.exp.path)
 }
 
 // handleIO serves a block request. The device table is read under the lock;
@@ -336,7 +427,7 @@ func (s *Server) handleIO(io *request) int {
 		return -int(syscall.EINVAL)
 	}
 	var d *mapping
-	if v, ok := s.sessions.Load(io.Session); ok {
+	if v, ok := s.sessions.Load(io.Sess); ok {
 		if devs := v.(*serverSession).table(); int(m.DeviceID) < len(devs) {
 			d = devs[m.DeviceID]
 		}
@@ -356,7 +447,12 @@ func (s *Server) handleIO(io *request) int {
 	if io.Write != !op.RTRSRead() {
 		return -int(syscall.EINVAL)
 	}
-	off, n := int64(m.Sector)<<9, int(m.BiSize)
+	// A sector whose byte offset does not fit an int64 (<< 9 would wrap)
+	// is out of range of any device: -1, as the kernel leaves a flush's.
+	off, n := int64(-1), int(m.BiSize)
+	if m.Sector <= maxSector {
+		off = int64(m.Sector) << 9
+	}
 	if s.engine != nil && io.io != nil && d.be.async(op) {
 		if e := d.be.check(op, off, n); e != 0 {
 			return e
@@ -369,6 +465,9 @@ func (s *Server) handleIO(io *request) int {
 	}
 	return d.be.serve(op, m.RW.FUA(), off, n, io.Data)
 }
+
+// maxSector is the largest sector whose byte offset fits an int64.
+const maxSector = math.MaxInt64 >> 9
 
 // String describes the server for logs.
 func (s *Server) String() string {

@@ -225,8 +225,23 @@ func TestServerAccessModes(t *testing.T) {
 	if e := b.call(&Close{DeviceID: 0}, true, nil); e != 0 {
 		t.Fatal(e)
 	}
-	if _, e := c.open("disk.img", AccessRW); e != 0 {
-		t.Errorf("rw after the writers closed: errno %d", e)
+	// A repeated open asks for the mode it gets: the same mode answers
+	// the same device, another one is refused while the first is open.
+	if again, e := c.open("disk.img", AccessRO); e != 0 || again.DeviceID != ro.DeviceID {
+		t.Errorf("repeated ro open: device %d, errno %d; want device %d", again.DeviceID, e, ro.DeviceID)
+	}
+	if _, e := c.open("disk.img", AccessRW); e != -int(syscall.EEXIST) {
+		t.Errorf("rw open of a device the session has open ro: errno %d, want -EEXIST", e)
+	}
+	if e := c.call(&Close{DeviceID: ro.DeviceID}, true, nil); e != 0 {
+		t.Fatal(e)
+	}
+	rw, e := c.open("disk.img", AccessRW)
+	if e != 0 {
+		t.Fatalf("rw after the writers closed: errno %d", e)
+	}
+	if e := c.io(rw.DeviceID, OpWrite, 0, 0, data, len(data)); e != 0 {
+		t.Errorf("write to the rw mapping: errno %d", e)
 	}
 }
 

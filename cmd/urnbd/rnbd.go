@@ -35,6 +35,11 @@ func serverCommand() *cli.Command {
 			&cli.StringFlag{Name: "max-chunk-size", Value: "128K", Usage: "chunk `SIZE` (max_chunk_size, a power of two); max I/O is 4K less"},
 			&cli.StringFlag{Name: "backend-io", Value: "sync", Usage: "`MODE` of file and block device I/O: sync (in the connection's thread, one at a time; lowest latency on a fast device) or uring (io_uring, requests overlap on the backend)"},
 			&cli.StringSliceFlag{Name: "memory", Usage: "export a device held in memory as `NAME=SIZE` (device_path=NAME; zeros at start, lost at exit; for demos and benchmarks); repeatable"},
+			&cli.IntFlag{Name: "max-sessions", Value: rtrs.DefaultMaxSessions, Usage: "sessions held at once; one more is refused (ENOSPC)"},
+			&cli.IntFlag{Name: "max-conns-per-peer", Value: rtrs.DefaultMaxConnsPerPeer, Usage: "connections one client address holds at once; one more is refused (EBUSY)"},
+			&cli.IntFlag{Name: "max-handshakes", Value: rtrs.DefaultMaxHandshakes, Usage: "connection handshakes running at once; one more is refused (EBUSY)"},
+			&cli.StringFlag{Name: "max-memory", Value: "50%", Usage: "`SIZE` (or PERCENT of RAM) the sessions' chunk pools may take together (each takes queue-depth × max-chunk-size); a session beyond is refused (ENOMEM)"},
+			&cli.DurationFlag{Name: "session-linger", Value: rtrs.DefaultLinger, Usage: "how long a session whose last path went keeps its devices open for the client to reconnect; another session that claims its name ends it at once"},
 		},
 		Action: runServer,
 	}
@@ -67,7 +72,20 @@ func runServer(c *cli.Context) error {
 		return err
 	}
 	defer srv.Close()
-	rs, err := tcp.NewServer(tcp.ServerConfig{QueueDepth: c.Int("queue-depth"), ChunkSize: int(chunk), Handler: srv})
+	maxMem, err := parseMemoryLimit(c.String("max-memory"))
+	if err != nil {
+		return err
+	}
+	tab := rtrs.NewServerTable(rtrs.ServerTableConfig{
+		MaxSessions: c.Int("max-sessions"), MaxConnsPerPeer: c.Int("max-conns-per-peer"),
+		MaxHandshakes: c.Int("max-handshakes"), MaxMemory: maxMem, Linger: c.Duration("session-linger"),
+		OnRelease: srv.ReleaseSession,
+	})
+	defer func() {
+		tab.Close()
+		tab.Wait()
+	}()
+	rs, err := tcp.NewServer(tcp.ServerConfig{QueueDepth: c.Int("queue-depth"), ChunkSize: int(chunk), Handler: srv, Sessions: tab})
 	if err != nil {
 		return fmt.Errorf("server parameters: %w", err)
 	}
@@ -91,7 +109,8 @@ func runServer(c *cli.Context) error {
 				return fmt.Errorf("listen %q: want rdma://IP:PORT: %w", u, unix.EINVAL)
 			}
 			if rdmaSrv == nil {
-				rdmaSrv, err = rdmatr.NewServer(rdmatr.ServerConfig{QueueDepth: c.Int("queue-depth"), ChunkSize: int(chunk), Handler: srv.RDMA()})
+				rdmaSrv, err = rdmatr.NewServer(rdmatr.ServerConfig{QueueDepth: c.Int("queue-depth"), ChunkSize: int(chunk), Handler: srv.RDMA(),
+					Sessions: tab, Logf: log.Printf})
 				if err != nil {
 					return fmt.Errorf("server parameters: %w", err)
 				}
@@ -122,6 +141,27 @@ func runServer(c *cli.Context) error {
 		rs.Close()
 		return err
 	}
+}
+
+// parseMemoryLimit parses --max-memory: a size (parseSize) or a
+// percentage of the host's RAM; 0 means no limit.
+func parseMemoryLimit(s string) (int64, error) {
+	if p, ok := strings.CutSuffix(s, "%"); ok {
+		n, err := strconv.ParseFloat(p, 64)
+		if err != nil || n <= 0 || n > 100 {
+			return 0, fmt.Errorf("max-memory %q: want a SIZE or a percentage in (0,100]: %w", s, unix.EINVAL)
+		}
+		var si unix.Sysinfo_t
+		if err := unix.Sysinfo(&si); err != nil {
+			return 0, fmt.Errorf("max-memory %q: %w", s, err)
+		}
+		return int64(float64(si.Totalram) * float64(si.Unit) * n / 100), nil
+	}
+	n, err := parseSize(s)
+	if err != nil {
+		return 0, fmt.Errorf("max-memory: %w", err)
+	}
+	return int64(n), nil
 }
 
 var mapFlags = append([]cli.Flag{

@@ -35,6 +35,10 @@ type ServerConfig struct {
 	MissedHeartbeats  int
 	// Logf, if set, receives a line for every path closed and why.
 	Logf func(format string, args ...any)
+	// Sessions is the session layer (limits, session and path rules,
+	// release), shared with the server's other transports; nil: a table
+	// of the server's own with default limits.
+	Sessions *rtrs.ServerTable
 }
 
 // ServerHandler serves the IO requests that clients send to a Server.
@@ -47,6 +51,8 @@ type ServerHandler interface {
 
 // ServerIO is one IO request on the server, living in its chunk.
 type ServerIO struct {
+	// Sess is the client session; it outlives the request.
+	Sess *rtrs.ServerSession
 	// Session is the client session's name.
 	Session string
 	// Write is true for a write (data client→server), false for a read.
@@ -72,12 +78,15 @@ type ServerIO struct {
 // with the configured Handler, one goroutine per connection.
 type Server struct {
 	cfg   ServerConfig
+	tab   *rtrs.ServerTable
+	owned bool // tab is the server's own
 	ch    *rdma.EventChannel
 	lns   []*rdma.CMID
 	quit  chan struct{}
 	wg    sync.WaitGroup
 	mu    sync.Mutex
-	sess  map[rtrs.UUID]*serverSession
+	sess  map[*rtrs.ServerSession]*serverSession
+	paths map[*serverPath]struct{}
 	conns map[*rdma.CMID]*serverConn
 	// pds are the protection domains by device context, not by device
 	// name: a device removed and added again under the same name is a new
@@ -86,24 +95,23 @@ type Server struct {
 	done bool
 }
 
+// serverSession is the RDMA side of a session of the session layer
+// (rtrs.ServerSession): the registrations of its pool and its chunk gate.
 type serverSession struct {
-	s *Server
-	// name is the session name of the first INFO_REQ, written once under
-	// Server.mu and read by the IO path without it.
-	name   atomic.Pointer[string]
-	uuid   rtrs.UUID
-	chunks []byte                     // queue_depth × chunk, mmap'd
+	s      *Server
+	core   *rtrs.ServerSession
+	chunks []byte                     // queue_depth × chunk: the session layer's pool
 	gate   *rtrs.ChunkGate[*ServerIO] // one request per chunk over all paths (failover)
-	mrs    map[rdma.Context]*rdma.MR  // the chunk pool registered on each device (see Server.pds)
-	paths  map[rtrs.UUID]*serverPath
+	mrs    map[rdma.Context]*rdma.MR  // the chunk pool registered on each device (see Server.pds); under Server.mu
 }
 
+// serverPath is the RDMA side of a server path (rtrs.ServerPath).
 type serverPath struct {
 	sess     *serverSession
-	uuid     rtrs.UUID
+	core     *rtrs.ServerPath
 	cidNum   int
 	conns    []*serverConn
-	up       bool // INFO_REQ processed
+	up       bool // heartbeats started
 	closed   bool
 	ios      []ServerIO // by buf id
 	inflight atomic.Int32
@@ -113,6 +121,7 @@ type serverPath struct {
 
 type serverConn struct {
 	p     *serverPath
+	slot  *rtrs.ConnSlot
 	c     *conn
 	mr    *rdma.MR // chunk pool MR on this connection's device
 	local netip.AddrPort
@@ -162,8 +171,17 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		ch.Close()
 		return nil, err
 	}
-	s := &Server{cfg: cfg, ch: ch, quit: make(chan struct{}),
-		sess: map[rtrs.UUID]*serverSession{}, conns: map[*rdma.CMID]*serverConn{}, pds: map[rdma.Context]*rdma.PD{}}
+	s := &Server{cfg: cfg, tab: cfg.Sessions, ch: ch, quit: make(chan struct{}),
+		sess: map[*rtrs.ServerSession]*serverSession{}, paths: map[*serverPath]struct{}{},
+		conns: map[*rdma.CMID]*serverConn{}, pds: map[rdma.Context]*rdma.PD{}}
+	if s.tab == nil {
+		logf := cfg.Logf
+		if logf == nil {
+			logf = func(string, ...any) {}
+		}
+		s.tab = rtrs.NewServerTable(rtrs.ServerTableConfig{Logf: logf})
+		s.owned = true
+	}
 	s.wg.Add(1)
 	go s.cmLoop()
 	return s, nil
@@ -202,17 +220,20 @@ func (s *Server) Close() error {
 	}
 	s.done = true
 	var paths []*serverPath
-	for _, ss := range s.sess {
-		for _, p := range ss.paths {
-			paths = append(paths, p)
-		}
+	for p := range s.paths {
+		paths = append(paths, p)
 	}
 	s.mu.Unlock()
+	if s.owned {
+		s.tab.Close()
+	}
 	for _, p := range paths {
 		s.closePath(p)
 	}
 	close(s.quit)
 	s.wg.Wait()
+	// The sessions' registrations go before their protection domains.
+	s.tab.Wait()
 	for _, l := range s.lns {
 		l.Destroy()
 	}
@@ -232,11 +253,7 @@ func (s *Server) logf(format string, args ...any) {
 func (s *Server) PathCount() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := 0
-	for _, ss := range s.sess {
-		n += len(ss.paths)
-	}
-	return n
+	return len(s.paths)
 }
 
 // DisconnectPaths closes every path whose connections come in on local
@@ -245,13 +262,11 @@ func (s *Server) PathCount() int {
 func (s *Server) DisconnectPaths(addr netip.Addr) int {
 	s.mu.Lock()
 	var paths []*serverPath
-	for _, ss := range s.sess {
-		for _, p := range ss.paths {
-			for _, sc := range p.conns {
-				if sc != nil && sc.local.Addr() == addr {
-					paths = append(paths, p)
-					break
-				}
+	for p := range s.paths {
+		for _, sc := range p.conns {
+			if sc != nil && sc.local.Addr() == addr {
+				paths = append(paths, p)
+				break
 			}
 		}
 	}
@@ -313,8 +328,8 @@ func (s *Server) pdFor(id *rdma.CMID) (*rdma.PD, error) {
 	return pd, nil
 }
 
-// onConnectRequest applies the checks of RTRS-RNBD-WIRE.md §2.4 and accepts
-// or rejects.
+// onConnectRequest admits the connection, applies the session layer's
+// checks and accepts or rejects.
 func (s *Server) onConnectRequest(ev *rdma.Event) {
 	id := ev.ID
 	var req rtrs.ConnReq
@@ -322,49 +337,48 @@ func (s *Server) onConnectRequest(ev *rdma.Event) {
 		s.reject(id, syscall.ECONNRESET)
 		return
 	}
+	src, dst := id.PeerAddr(), id.LocalAddr()
+	slot, err := s.tab.Admit(src.Addr())
+	if err != nil {
+		s.reject(id, errnoOr(err, syscall.EBUSY))
+		return
+	}
+	// The handshake is this one event: accepted or refused here.
+	slot.HandshakeDone()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.done {
+		slot.Close()
 		s.reject(id, syscall.ECONNRESET)
 		return
 	}
 	qd, chunk := s.cfg.QueueDepth, s.cfg.ChunkSize
-	ss := s.sess[req.PathsUUID]
-	if ss == nil {
-		if !req.FirstConn {
-			s.reject(id, syscall.ENXIO)
-			return
-		}
-		mem, err := mmapRegion(qd * chunk)
-		if err != nil {
-			s.reject(id, syscall.ENOMEM)
-			return
-		}
-		ss = &serverSession{s: s, uuid: req.PathsUUID, chunks: mem, gate: rtrs.NewChunkGate[*ServerIO](qd),
-			mrs: map[rdma.Context]*rdma.MR{}, paths: map[rtrs.UUID]*serverPath{}}
-		s.sess[req.PathsUUID] = ss
-	}
-	p := ss.paths[req.SessUUID]
-	if p == nil {
-		if len(ss.paths) >= rtrs.MaxPathsNum {
-			s.rejectMaybeFree(ss, id, syscall.ECONNRESET)
-			return
-		}
-		p = &serverPath{sess: ss, uuid: req.SessUUID, cidNum: int(req.CIDNum), conns: make([]*serverConn, req.CIDNum),
+	core, err := s.tab.Attach(&req, src, dst, qd*chunk, func(cp *rtrs.ServerPath) rtrs.PathOwner {
+		return &serverPath{core: cp, cidNum: cp.CIDNum(), conns: make([]*serverConn, cp.CIDNum()),
 			ios: make([]ServerIO, qd), stats: rtrs.NewServerPathStats(0)}
-		ss.paths[req.SessUUID] = p
-	} else if p.up || p.closed || p.cidNum != int(req.CIDNum) || p.conns[req.CID] != nil {
-		s.reject(id, syscall.ECONNRESET)
+	})
+	if err != nil {
+		slot.Close()
+		s.logf("connection from %v refused: %v", src, err)
+		s.reject(id, errnoOr(err, syscall.ECONNRESET))
 		return
+	}
+	p := core.Owner().(*serverPath)
+	if p.sess == nil {
+		p.sess = s.session(core.Session())
+		s.paths[p] = struct{}{}
 	}
 	sc, err := s.newServerConn(p, id, req.CID)
 	if err != nil {
+		slot.Close()
 		s.logf("path %v cid %d: %v", id.LocalAddr(), req.CID, err)
 		// A no-op if the failure already destroyed the id with the
 		// connection's resources: then the peer's connect times out.
 		s.reject(id, syscall.ENOMEM)
+		go s.closePath(p)
 		return
 	}
+	sc.slot = slot
 	p.conns[req.CID] = sc
 	s.conns[id] = sc
 	rsp := rtrs.ConnRsp{QueueDepth: uint16(qd), MaxIOSize: uint32(chunk - s.cfg.MaxHdrSize), MaxHdrSize: uint32(s.cfg.MaxHdrSize)}
@@ -378,19 +392,38 @@ func (s *Server) onConnectRequest(ev *rdma.Event) {
 	go sc.pollLoop()
 }
 
-// sessName returns the session's name, "" before its first INFO_REQ.
-func (ss *serverSession) sessName() string {
-	if p := ss.name.Load(); p != nil {
-		return *p
+// ClosePath implements rtrs.PathOwner.
+func (p *serverPath) ClosePath() { go p.sess.s.closePath(p) }
+
+// session returns the RDMA side of a session, made on its first path;
+// s.mu is held. The session layer frees it: its registrations go when no
+// request holds the pool any more.
+func (s *Server) session(core *rtrs.ServerSession) *serverSession {
+	if ss := s.sess[core]; ss != nil {
+		return ss
 	}
-	return ""
+	ss := &serverSession{s: s, core: core, chunks: core.Pool(), gate: rtrs.NewChunkGate[*ServerIO](s.cfg.QueueDepth),
+		mrs: map[rdma.Context]*rdma.MR{}}
+	s.sess[core] = ss
+	core.OnFree(func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, mr := range ss.mrs {
+			mr.Dereg()
+		}
+		ss.mrs = nil
+		delete(s.sess, core)
+	})
+	return ss
 }
 
-func (s *Server) rejectMaybeFree(ss *serverSession, id *rdma.CMID, errno syscall.Errno) {
-	s.reject(id, errno)
-	if len(ss.paths) == 0 {
-		s.freeSession(ss)
+// errnoOr returns the errno err wraps, or def.
+func errnoOr(err error, def syscall.Errno) syscall.Errno {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return errno
 	}
+	return def
 }
 
 // newServerConn creates the connection's verbs resources, registers the
@@ -455,9 +488,13 @@ func (sc *serverConn) free() {
 	sc.rb.Free()
 }
 
-// closePath disconnects every connection of p, waits for its pollers and
-// in-flight requests, and frees it (and its session if it was the last).
+// closePath closes p in the session layer (no request of p starts any
+// more), disconnects its connections, waits for its pollers and in-flight
+// requests, and frees its connections. The session layer frees the
+// session's pool and registrations when the last request is done with
+// them.
 func (s *Server) closePath(p *serverPath) {
+	s.tab.ClosePath(p.core)
 	s.mu.Lock()
 	if p.closed {
 		s.mu.Unlock()
@@ -489,22 +526,11 @@ func (s *Server) closePath(p *serverPath) {
 		if sc != nil {
 			delete(s.conns, sc.c.id)
 			sc.free()
+			sc.slot.Close()
 		}
 	}
-	ss := p.sess
-	delete(ss.paths, p.uuid)
-	if len(ss.paths) == 0 {
-		s.freeSession(ss)
-	}
+	delete(s.paths, p)
 	s.mu.Unlock()
-}
-
-func (s *Server) freeSession(ss *serverSession) {
-	for _, mr := range ss.mrs {
-		mr.Dereg()
-	}
-	munmap(ss.chunks)
-	delete(s.sess, ss.uuid)
 }
 
 func (s *Server) heartbeat(p *serverPath) {
@@ -700,27 +726,13 @@ func (sc *serverConn) onInfoReq(n int) bool {
 		return false
 	}
 	name := req.NameString()
-	if rtrs.CheckSessName(name) != nil {
-		return false
-	}
-	ss := sc.p.sess
-	s.mu.Lock()
-	for _, o := range s.sess {
-		if o != ss && o.sessName() == name {
-			s.mu.Unlock()
-			return false // -EPERM in the kernel
-		}
-	}
-	// A session keeps the name of its first path; a path that names
-	// another is refused (-EPERM in the kernel).
-	if old := ss.sessName(); old != "" && old != name {
-		s.mu.Unlock()
-		return false
-	} else if old == "" {
-		ss.name.Store(&name)
+	if err := s.tab.Establish(sc.p.core, name); err != nil {
+		s.logf("path %v: session name %q refused: %v", sc.local, name, err)
+		return false // the kernel closes the path too
 	}
 	// Heartbeats start now, as the kernel's (process_info_req): before,
 	// one could take the receive the client posted for the INFO_RSP.
+	s.mu.Lock()
 	if !sc.p.up && !sc.p.closed && !s.done {
 		s.wg.Add(1)
 		go s.heartbeat(sc.p)
@@ -757,6 +769,14 @@ func (sc *serverConn) onImm(imm uint32) bool {
 	default:
 		return false
 	}
+	if !sc.p.core.Serving() {
+		// Before INFO_REQ a client has no business sending IO: close.
+		// After the path closed, its requests are resent elsewhere.
+		if sc.p.core.State() == rtrs.ServerPathConnecting {
+			s.logf("path %v cid %d: IO request before session establishment; closing the path", sc.local, sc.c.cid)
+		}
+		return false
+	}
 	codec, _ := rtrs.NewImmCodec(s.cfg.QueueDepth, s.cfg.ChunkSize)
 	m, err := codec.Decode(imm)
 	if err != nil || m.Type != rtrs.ImmIOReq {
@@ -775,7 +795,8 @@ func (sc *serverConn) onImm(imm uint32) bool {
 	if !io.busy.CompareAndSwap(false, true) {
 		return false // a buffer id reused before its answer
 	}
-	io.sc, io.bufID, io.Session, io.Local = sc, m.BufID, sc.p.sess.sessName(), sc.local
+	core := sc.p.sess.core
+	io.sc, io.bufID, io.Sess, io.Session, io.Local = sc, m.BufID, core, core.Name(), sc.local
 	io.Write = req.Type == rtrs.MsgWrite
 	io.Usr, io.Data, io.hasDesc = req.Usr, req.Data, false
 	if !io.Write {
@@ -789,6 +810,7 @@ func (sc *serverConn) onImm(imm uint32) bool {
 		}
 	}
 	sc.p.inflight.Add(1)
+	core.Hold() // Complete releases it
 	bytes := uint64(len(io.Usr) + len(io.Data))
 	if io.Write {
 		sc.p.stats.RecordWrite(0, bytes)
@@ -868,9 +890,11 @@ func (io *ServerIO) Complete(errno int) {
 			p.sess.s.logf("path %v: posting a response: %v", sc.local, err)
 			go p.sess.s.closePath(p)
 			p.inflight.Add(-1)
+			p.sess.core.Release()
 			return
 		}
 	}
 	sc.mu.Unlock()
 	p.inflight.Add(-1)
+	p.sess.core.Release()
 }

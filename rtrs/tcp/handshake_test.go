@@ -77,12 +77,12 @@ func TestHandshakeOK(t *testing.T) {
 	mustNoErr(t, err)
 	defer p2.Close()
 
-	ss := srv.Sessions()
+	ss := srv.SessionList()
 	if len(ss) != 1 || ss[0].Name != "sessb" || ss[0].PathsUUID != uuid(1) || len(ss[0].Paths) != 2 {
 		t.Fatalf("sessions %+v", ss)
 	}
 	for i, pi := range ss[0].Paths {
-		if pi.State != PathConnected || pi.Conns != pi.CIDNum || pi.CIDNum != 3-i {
+		if pi.State != rtrs.ServerPathConnected || pi.Conns != pi.CIDNum || pi.CIDNum != 3-i {
 			t.Fatalf("path %d: %+v", i, pi)
 		}
 	}
@@ -94,7 +94,7 @@ func TestHandshakeOK(t *testing.T) {
 	if _, err := p.Conns[2].NetConn().Read(b[:]); err != io.EOF {
 		t.Fatalf("read after server closed the path: %v", err)
 	}
-	if ss := srv.Sessions(); len(ss) != 1 || len(ss[0].Paths) != 1 {
+	if ss := srv.SessionList(); len(ss) != 1 || len(ss[0].Paths) != 1 {
 		t.Fatalf("after close: %+v", ss)
 	}
 }
@@ -103,8 +103,10 @@ func TestHandshakeOK(t *testing.T) {
 func firstConn(t *testing.T, srv *Server, sess, path rtrs.UUID) *ServerConn {
 	srv.mu.Lock()
 	defer srv.mu.Unlock()
-	for _, p := range srv.sess.byUUID[sess].paths {
-		if p.sessUUID == path {
+	for p := range srv.paths {
+		if p.core.Session().PathsUUID() == sess && p.core.SessUUID() == path {
+			p.mu.Lock()
+			defer p.mu.Unlock()
 			return p.conns[0]
 		}
 	}
@@ -223,7 +225,7 @@ func TestHandshakeRejectSession(t *testing.T) {
 		t.Fatal("second session with the same name accepted")
 	}
 	waitFor(t, "session 8 removed", func() bool {
-		for _, s := range srv.Sessions() {
+		for _, s := range srv.SessionList() {
 			if s.PathsUUID == uuid(8) {
 				return false
 			}
@@ -270,7 +272,7 @@ func TestHandshakeGarbage(t *testing.T) {
 			}
 		})
 	}
-	if ss := srv.Sessions(); len(ss) != 0 {
+	if ss := srv.SessionList(); len(ss) != 0 {
 		t.Fatalf("sessions after garbage: %+v", ss)
 	}
 }

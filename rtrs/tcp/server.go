@@ -1,9 +1,13 @@
 package tcp
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"log"
 	"net"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -33,17 +37,28 @@ type ServerConfig struct {
 	// rtrs.HBInterval and rtrs.HBMissedMax.
 	HeartbeatInterval time.Duration
 	MissedHeartbeats  int
+	// Sessions is the session layer (limits, session and path rules,
+	// release), shared with the server's other transports; nil: a table
+	// of the server's own with default limits.
+	Sessions *rtrs.ServerTable
+	// Logf receives a line for every connection refused or closed for a
+	// peer's fault; nil: log.Printf.
+	Logf func(format string, args ...any)
 }
 
 // Server accepts RTRS connections over TCP, groups them into sessions (by
-// paths_uuid) and paths (by sess_uuid), and serves their IO requests with
-// the configured Handler, one goroutine per connection.
+// paths_uuid) and paths (by sess_uuid) through its rtrs.ServerTable, and
+// serves their IO requests with the configured Handler, one goroutine per
+// connection.
 type Server struct {
 	cfg   ServerConfig
 	codec rtrs.ImmCodec
+	tab   *rtrs.ServerTable
+	owned bool // tab is the server's own
 
 	mu     sync.Mutex
-	sess   sessions
+	paths  map[*serverPath]struct{}
+	sios   map[*rtrs.ServerSession]*sessionIO
 	lns    map[net.Listener]struct{}
 	hs     map[net.Conn]struct{} // connections in their handshake
 	closed bool
@@ -71,6 +86,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.HandshakeTimeout <= 0 {
 		cfg.HandshakeTimeout = rtrs.ConnectTimeout
 	}
+	if cfg.Logf == nil {
+		cfg.Logf = log.Printf
+	}
 	if err := rtrs.CheckServerParams(cfg.QueueDepth, cfg.ChunkSize); err != nil {
 		return nil, fmt.Errorf("rtrs/tcp server: %w", err)
 	}
@@ -81,21 +99,41 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rtrs/tcp server: %w", err)
 	}
-	return &Server{
+	s := &Server{
 		cfg:   cfg,
 		codec: codec,
-		sess:  sessions{byUUID: make(map[rtrs.UUID]*ServerSession)},
+		tab:   cfg.Sessions,
+		paths: make(map[*serverPath]struct{}),
+		sios:  make(map[*rtrs.ServerSession]*sessionIO),
 		lns:   make(map[net.Listener]struct{}),
 		hs:    make(map[net.Conn]struct{}),
-	}, nil
+	}
+	if s.tab == nil {
+		s.tab = rtrs.NewServerTable(rtrs.ServerTableConfig{Logf: cfg.Logf})
+		s.owned = true
+	}
+	return s, nil
 }
 
 // Config returns the server's configuration with defaults filled in.
 func (s *Server) Config() ServerConfig { return s.cfg }
 
+// Sessions returns the server's session layer.
+func (s *Server) Sessions() *rtrs.ServerTable { return s.tab }
+
+func (s *Server) logf(format string, args ...any) { s.cfg.Logf("rtrs/tcp server: "+format, args...) }
+
+// Accept backoff: a failing Accept (out of file descriptors, for one) is
+// retried after a pause that doubles up to acceptBackoffMax.
+const (
+	acceptBackoffMin = 5 * time.Millisecond
+	acceptBackoffMax = time.Second
+)
+
 // Serve accepts connections on ln and runs the handshake of each in its own
-// goroutine, until ln fails or the server is closed; it then returns the
-// accept error (net.ErrClosed after Close).
+// goroutine, until ln is closed or the server is; it then returns
+// net.ErrClosed. Other accept errors (EMFILE, ENFILE, ECONNABORTED ...)
+// are logged and retried with backoff: nothing a peer does ends Serve.
 func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Lock()
 	if s.closed {
@@ -109,11 +147,25 @@ func (s *Server) Serve(ln net.Listener) error {
 		delete(s.lns, ln)
 		s.mu.Unlock()
 	}()
+	var backoff time.Duration
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
-			return err
+			if errors.Is(err, net.ErrClosed) {
+				return err
+			}
+			s.mu.Lock()
+			closed := s.closed
+			s.mu.Unlock()
+			if closed {
+				return net.ErrClosed
+			}
+			backoff = min(max(2*backoff, acceptBackoffMin), acceptBackoffMax)
+			s.logf("accept on %v: %v; retrying in %v", ln.Addr(), err, backoff)
+			time.Sleep(backoff)
+			continue
 		}
+		backoff = 0
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
@@ -133,11 +185,12 @@ func (s *Server) Serve(ln net.Listener) error {
 }
 
 // Handshake runs the server side of the handshake on a new connection:
-// ConnReq, the checks of RTRS-RNBD-WIRE.md §2.4, ConnRsp, and for cid 0
-// InfoReq/InfoRsp. On success the connection is part of its path. On
-// failure the connection is closed (and for a failure after the ConnRsp its
-// whole path, as the kernel does) and the error says why; a refusal sent to
-// the client wraps the errno sent (errors.Is(err, syscall.ENXIO)).
+// admission (rtrs.ServerTable.Admit), ConnReq, the session and path checks,
+// ConnRsp, and for cid 0 InfoReq/InfoRsp. On success the connection is part
+// of its path. On failure the connection is closed (and for a failure after
+// the ConnRsp its whole path, as the kernel does) and the error says why; a
+// refusal sent to the client wraps the errno sent (errors.Is(err,
+// syscall.ENXIO)).
 func (s *Server) Handshake(nc net.Conn) (*ServerConn, error) {
 	s.mu.Lock()
 	if s.closed {
@@ -160,24 +213,49 @@ func (s *Server) Handshake(nc net.Conn) (*ServerConn, error) {
 
 func (s *Server) handshake(nc net.Conn) (*ServerConn, error) {
 	cc := newCtrlConn(nc, ToServer, s.cfg.HandshakeTimeout)
+	src, dst := addrPort(nc.RemoteAddr()), addrPort(nc.LocalAddr())
+	slot, err := s.tab.Admit(src.Addr())
+	if err != nil {
+		// The client waits for a ConnRsp after its ConnReq: answer it at
+		// once, and read what came only briefly (closing with unread data
+		// would reset the connection before the answer is read).
+		err = s.reject(cc, errnoOr(err, syscall.EBUSY), err)
+		_ = nc.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		var drain [HeaderSize + rtrs.ConnReqSize]byte
+		_, _ = nc.Read(drain[:])
+		return nil, err
+	}
 	b, err := cc.readCtrl(CtrlConnReq)
 	if err != nil {
+		slot.Close()
 		return nil, err // not even a conn request frame: just close
 	}
 	var req rtrs.ConnReq
 	if err := req.Unmarshal(b); err != nil {
+		slot.Close()
 		return nil, s.reject(cc, syscall.ECONNRESET, err)
 	}
-	c := &ServerConn{nc: nc, cid: req.CID}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil, s.reject(cc, syscall.ECONNRESET, net.ErrClosed)
+	c := &ServerConn{nc: nc, cid: req.CID, slot: slot}
+	core, err := s.tab.Attach(&req, src, dst, s.cfg.QueueDepth*s.cfg.ChunkSize, func(p *rtrs.ServerPath) rtrs.PathOwner {
+		return &serverPath{s: s, core: p, conns: make([]*ServerConn, p.CIDNum())}
+	})
+	if err != nil {
+		slot.Close()
+		return nil, s.reject(cc, errnoOr(err, syscall.ECONNRESET), err)
 	}
-	errno := s.sess.attach(&req, c)
+	p := core.Owner().(*serverPath)
+	c.path = p
+	s.mu.Lock()
+	if !s.closed {
+		s.paths[p] = struct{}{}
+		p.sio = s.sessionIO(core.Session())
+	}
+	closed := s.closed
 	s.mu.Unlock()
-	if errno != 0 {
-		return nil, s.reject(cc, errno, errors.New("session/path checks"))
+	if closed || !p.add(c) {
+		slot.Close()
+		s.closePath(p)
+		return nil, s.reject(cc, syscall.ECONNRESET, errors.New("path closed meanwhile"))
 	}
 	rsp := rtrs.ConnRsp{
 		QueueDepth: uint16(s.cfg.QueueDepth),
@@ -185,20 +263,30 @@ func (s *Server) handshake(nc net.Conn) (*ServerConn, error) {
 		MaxHdrSize: uint32(s.cfg.MaxHdrSize),
 	}
 	if err := cc.writeCtrl(CtrlConnRsp, &rsp); err != nil {
-		s.closePath(c.path)
+		s.closePath(p)
 		return nil, err
 	}
 	if req.CID == 0 {
-		if err := s.info(cc, c.path); err != nil {
-			s.closePath(c.path)
+		if err := s.info(cc, p); err != nil {
+			s.closePath(p)
 			return nil, err
 		}
 	}
+	slot.HandshakeDone()
 	return c, nil
 }
 
+// errnoOr returns the errno err wraps, or def.
+func errnoOr(err error, def syscall.Errno) syscall.Errno {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return errno
+	}
+	return def
+}
+
 // info handles INFO_REQ on cid 0 and answers INFO_RSP.
-func (s *Server) info(cc *ctrlConn, p *ServerPath) error {
+func (s *Server) info(cc *ctrlConn, p *serverPath) error {
 	b, err := cc.readCtrl(CtrlInfoReq)
 	if err != nil {
 		return err
@@ -208,17 +296,9 @@ func (s *Server) info(cc *ctrlConn, p *ServerPath) error {
 		return err
 	}
 	name := req.NameString()
-	if err := rtrs.CheckSessName(name); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	errno := syscall.ECONNRESET // path closed meanwhile
-	if p.state == PathConnecting {
-		errno = s.sess.setName(p, name)
-	}
-	s.mu.Unlock()
-	if errno != 0 {
-		return fmt.Errorf("session name %q: %w", name, errno)
+	if err := s.tab.Establish(p.core, name); err != nil {
+		s.logf("path %v → %v: session name %q refused: %v", p.core.Src(), p.core.Dst(), name, err)
+		return fmt.Errorf("session name %q: %w", name, err)
 	}
 	rsp := rtrs.InfoRsp{Desc: []rtrs.SGDesc{{Len: uint32(s.cfg.QueueDepth * s.cfg.ChunkSize)}}}
 	return cc.writeCtrl(CtrlInfoRsp, &rsp)
@@ -235,36 +315,66 @@ func (s *Server) reject(cc *ctrlConn, errno syscall.Errno, cause error) error {
 }
 
 // ClosePath closes every connection of the path c belongs to and removes
-// the path (and its session, if it was the last path).
+// the path (and its session, if it was the last path, after the session
+// layer's linger time).
 func (s *Server) ClosePath(c *ServerConn) {
-	s.mu.Lock()
-	p := c.path
-	s.mu.Unlock()
-	if p != nil {
-		s.closePath(p)
+	if c.path != nil {
+		s.closePath(c.path)
 	}
 }
 
-func (s *Server) closePath(p *ServerPath) {
-	s.mu.Lock()
-	conns := s.sess.remove(p)
-	s.mu.Unlock()
+// closePath closes p: first in the session layer, so that no request of
+// p starts any more, then its connections.
+func (s *Server) closePath(p *serverPath) {
+	s.tab.ClosePath(p.core)
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.closed = true
+	conns := p.conns
+	p.conns = make([]*ServerConn, len(conns))
+	p.mu.Unlock()
 	for _, c := range conns {
 		if c != nil {
 			_ = c.nc.Close()
+			c.slot.Close()
 		}
 	}
+	s.mu.Lock()
+	delete(s.paths, p)
+	s.mu.Unlock()
 }
 
-// Sessions returns a snapshot of the server's sessions and paths.
-func (s *Server) Sessions() []SessionInfo {
+// SessionList returns a snapshot of the server's sessions and paths.
+func (s *Server) SessionList() []SessionInfo {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.sess.snapshot()
+	bySess := map[*rtrs.ServerSession][]*serverPath{}
+	for p := range s.paths {
+		bySess[p.core.Session()] = append(bySess[p.core.Session()], p)
+	}
+	s.mu.Unlock()
+	out := make([]SessionInfo, 0, len(bySess))
+	for sess, paths := range bySess {
+		si := SessionInfo{Name: sess.Name(), PathsUUID: sess.PathsUUID()}
+		for _, p := range paths {
+			if p.core.State() != rtrs.ServerPathClosed {
+				si.Paths = append(si.Paths, p.info())
+			}
+		}
+		if len(si.Paths) > 0 {
+			slices.SortFunc(si.Paths, func(a, b PathInfo) int { return bytes.Compare(a.SessUUID[:], b.SessUUID[:]) })
+			out = append(out, si)
+		}
+	}
+	slices.SortFunc(out, func(a, b SessionInfo) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }
 
 // Close stops all Serve loops, closes every path and waits for running
-// handshakes to end.
+// handshakes and connections to end (and, with a table of its own, for
+// the sessions' release).
 func (s *Server) Close() error {
 	s.mu.Lock()
 	s.closed = true
@@ -274,14 +384,20 @@ func (s *Server) Close() error {
 	for nc := range s.hs {
 		_ = nc.Close()
 	}
-	var paths []*ServerPath
-	for _, sess := range s.sess.byUUID {
-		paths = append(paths, sess.paths...)
+	paths := make([]*serverPath, 0, len(s.paths))
+	for p := range s.paths {
+		paths = append(paths, p)
 	}
 	s.mu.Unlock()
+	if s.owned {
+		s.tab.Close()
+	}
 	for _, p := range paths {
 		s.closePath(p)
 	}
 	s.wg.Wait()
+	if s.owned {
+		s.tab.Wait()
+	}
 	return nil
 }

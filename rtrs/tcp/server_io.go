@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"net"
 	"runtime"
-	"sync"
+
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -23,6 +23,8 @@ type ServerHandler interface {
 
 // ServerIO is one IO request on the server, living in its chunk.
 type ServerIO struct {
+	// Sess is the client session; it outlives the request.
+	Sess *rtrs.ServerSession
 	// Session is the client session's name.
 	Session string
 	// Write is true for a write (data client→server), false for a read.
@@ -89,6 +91,7 @@ func (io *ServerIO) Complete(errno int) {
 	if err != nil {
 		_ = c.nc.Close()
 	}
+	c.path.sio.sess.Release()
 }
 
 // zeroCopyMin is the read answer size from which Complete writes the data
@@ -122,21 +125,27 @@ func (c *ServerConn) setInLoop(in bool) error {
 	return c.flushLocked()
 }
 
-// sessionIO is the IO state of a server session: its chunks and one
-// ServerIO per chunk.
+// sessionIO is the IO state of a server session over TCP: its chunks
+// (the session layer's pool) and one ServerIO per chunk.
 type sessionIO struct {
-	once  sync.Once
+	sess  *rtrs.ServerSession
 	mem   []byte
 	ios   []ServerIO
 	chunk int
 }
 
-func (s *Server) sessionIO(sess *ServerSession) *sessionIO {
-	sio := &sess.io
-	sio.once.Do(func() {
-		sio.chunk = s.cfg.ChunkSize
-		sio.mem = make([]byte, s.cfg.QueueDepth*s.cfg.ChunkSize)
-		sio.ios = make([]ServerIO, s.cfg.QueueDepth)
+// sessionIO returns the TCP IO state of sess, made on first use and
+// dropped when the session layer frees the session; s.mu is held.
+func (s *Server) sessionIO(sess *rtrs.ServerSession) *sessionIO {
+	if sio := s.sios[sess]; sio != nil {
+		return sio
+	}
+	sio := &sessionIO{sess: sess, chunk: s.cfg.ChunkSize, mem: sess.Pool(), ios: make([]ServerIO, s.cfg.QueueDepth)}
+	s.sios[sess] = sio
+	sess.OnFree(func() {
+		s.mu.Lock()
+		delete(s.sios, sess)
+		s.mu.Unlock()
 	})
 	return sio
 }
@@ -208,16 +217,18 @@ func (cp *connPlacer) release() {
 
 // serveIO reads the frames of one connection until it fails: IO requests
 // go to the handler, heartbeats are answered. A silent service connection
-// (cid 0) closes its path.
+// (cid 0) closes its path. An IO request on a path that has not completed
+// session establishment closes the path; one on a path closed meanwhile
+// (its client resends it elsewhere) is dropped unread.
 func (s *Server) serveIO(c *ServerConn) {
-	s.mu.Lock()
 	p := c.path
-	s.mu.Unlock()
-	if p == nil {
+	sio := p.sio
+	if sio == nil {
 		return
 	}
-	sess := p.sess
-	sio := s.sessionIO(sess)
+	// The connection reads payloads into the pool: it holds the session.
+	sio.sess.Hold()
+	defer sio.sess.Release()
 	dec := NewDecoder(ToServer)
 	cp := &connPlacer{sio: sio, conn: c, placed: -1}
 	dec.SetSession(s.codec, cp)
@@ -251,7 +262,15 @@ func (s *Server) serveIO(c *ServerConn) {
 			c.wmu.Unlock()
 		case rtrs.ImmHBAck:
 		case rtrs.ImmIOReq:
-			err := s.startIO(sio, sess, c, f)
+			if !p.core.Serving() {
+				if p.core.State() == rtrs.ServerPathConnecting {
+					s.logf("path %v → %v cid %d: IO request before session establishment; closing the path",
+						p.core.Src(), p.core.Dst(), c.cid)
+				}
+				cp.release()
+				return
+			}
+			err := s.startIO(sio, c, f)
 			if err != nil {
 				cp.release()
 				return
@@ -263,7 +282,7 @@ func (s *Server) serveIO(c *ServerConn) {
 	}
 }
 
-func (s *Server) startIO(sio *sessionIO, sess *ServerSession, c *ServerConn, f *Frame) error {
+func (s *Server) startIO(sio *sessionIO, c *ServerConn, f *Frame) error {
 	id := f.Imm.BufID
 	base := int(id) * sio.chunk
 	req, err := rtrs.ParseIOReq(sio.mem[base:base+sio.chunk], f.Imm.Off)
@@ -271,7 +290,10 @@ func (s *Server) startIO(sio *sessionIO, sess *ServerSession, c *ServerConn, f *
 		return fmt.Errorf("rtrs/tcp server: request in chunk %d: %w", id, err)
 	}
 	io := &sio.ios[id]
-	io.Session, io.id, io.conn, io.codec, io.Usr, io.Local = sess.name, id, c, s.codec, req.Usr, c.nc.LocalAddr()
+	sess := sio.sess
+	io.Sess, io.Session, io.id, io.conn, io.codec, io.Usr, io.Local = sess, sess.Name(), id, c, s.codec, req.Usr, c.nc.LocalAddr()
+	// Complete releases it.
+	sess.Hold()
 	switch req.Type {
 	case rtrs.MsgWrite:
 		io.Write, io.Data = true, req.Data
@@ -286,6 +308,7 @@ func (s *Server) startIO(sio *sessionIO, sess *ServerSession, c *ServerConn, f *
 		case rtrs.ServerMaxReadSGCnt:
 			n = int(req.Descs.At(0).Len)
 		default:
+			sess.Release()
 			return fmt.Errorf("rtrs/tcp server: read with %d descriptors: %w", req.Descs.Len(), rtrs.ErrOutOfRange)
 		}
 		if n > len(req.Data) {
