@@ -246,7 +246,7 @@ func (s *Server) handshake(nc net.Conn) (*ServerConn, error) {
 	p := core.Owner().(*serverPath)
 	c.path = p
 	s.mu.Lock()
-	if !s.closed {
+	if !s.closed && p.sio == nil {
 		s.paths[p] = struct{}{}
 		p.sio = s.sessionIO(core.Session())
 	}

@@ -53,6 +53,7 @@ type ServerIO struct {
 // successful read sends Data back. Errors sending the answer close the
 // connection; the client fails the request over.
 func (io *ServerIO) Complete(errno int) {
+	sess := io.Sess // io may be taken again once busy is cleared
 	n := 0
 	if errno == 0 && !io.Write {
 		n = len(io.Data)
@@ -91,7 +92,7 @@ func (io *ServerIO) Complete(errno int) {
 	if err != nil {
 		_ = c.nc.Close()
 	}
-	c.path.sio.sess.Release()
+	sess.Release()
 }
 
 // zeroCopyMin is the read answer size from which Complete writes the data
@@ -222,7 +223,9 @@ func (cp *connPlacer) release() {
 // (its client resends it elsewhere) is dropped unread.
 func (s *Server) serveIO(c *ServerConn) {
 	p := c.path
-	sio := p.sio
+	s.mu.Lock()
+	sio := p.sio // set under s.mu by the path's first connection
+	s.mu.Unlock()
 	if sio == nil {
 		return
 	}
