@@ -163,8 +163,10 @@ func TestHostileStaleFrameOfClosedPathNeverRuns(t *testing.T) {
 	defer pb.Close()
 	codec := testCodec(t)
 	old, fresh := bytes.Repeat([]byte("o"), 4096), bytes.Repeat([]byte("n"), 4096)
-	// W0 (chunk 0) holds A's connection in the backend.
-	if _, err := pa.Conns[1].NetConn().Write(writeFrame(t, codec, 0, make([]byte, 4096), offUsr(0)).bytes(t)); err != nil {
+	// W0 (chunk 0) holds A's connection in the backend; W1 (chunk 1) for
+	// x, sent with it, waits read but not yet served.
+	w := append(writeFrame(t, codec, 0, make([]byte, 4096), offUsr(0)).bytes(t), writeFrame(t, codec, 1, old, offUsr(x)).bytes(t)...)
+	if _, err := pa.Conns[1].NetConn().Write(w); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -172,11 +174,6 @@ func TestHostileStaleFrameOfClosedPathNeverRuns(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("W0 did not reach the backend")
 	}
-	// W1 (chunk 1) for x waits behind it, unread.
-	if _, err := pa.Conns[1].NetConn().Write(writeFrame(t, codec, 1, old, offUsr(x)).bytes(t)); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(50 * time.Millisecond)
 	// The client gives A up; the server sees it go.
 	pa.Close()
 	waitFor(t, "path A closed on the server", func() bool {
