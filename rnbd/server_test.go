@@ -26,7 +26,8 @@ func testServerConfig(t *testing.T, cfg ServerConfig) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, err := tcp.NewServer(tcp.ServerConfig{QueueDepth: 64, Handler: srv})
+	tab := rtrs.NewServerTable(rtrs.ServerTableConfig{Linger: testLinger, OnRelease: srv.ReleaseSession, Logf: cfg.Logf})
+	rs, err := tcp.NewServer(tcp.ServerConfig{QueueDepth: 64, Handler: srv, Sessions: tab})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,29 +36,54 @@ func testServerConfig(t *testing.T, cfg ServerConfig) string {
 		t.Fatal(err)
 	}
 	go rs.Serve(ln)
-	t.Cleanup(func() { rs.Close() })
+	t.Cleanup(func() {
+		rs.Close()
+		tab.Close()
+		tab.Wait()
+	})
 	return ln.Addr().String()
 }
+
+// testLinger is how long the test servers keep a session without paths.
+const testLinger = 200 * time.Millisecond
 
 // testClient sends RNBD messages one at a time over an RTRS session.
 type testClient struct {
 	t *testing.T
 	q *tcp.ClientQueue
+	c *tcp.Client
 }
 
 func dialRNBD(t *testing.T, addr, sess string) *testClient {
 	t.Helper()
+	tc, err := dialRNBDErr(t, addr, sess)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tc
+}
+
+// tryDialRNBD is dialRNBD that returns nil when the session is refused.
+func tryDialRNBD(t *testing.T, addr, sess string) *testClient {
+	tc, _ := dialRNBDErr(t, addr, sess)
+	return tc
+}
+
+func dialRNBDErr(t *testing.T, addr, sess string) (*testClient, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c, err := tcp.DialClient(ctx, tcp.ClientConfig{SessName: sess, Queues: 1, Paths: []tcp.PathAddr{{Dst: addr}},
 		Policy: rtrs.MinInflight, MaxReconnectAttempts: -1})
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	go c.Queue(0).Run(nil)
 	t.Cleanup(func() { c.Close() })
-	return &testClient{t: t, q: c.Queue(0)}
+	return &testClient{t: t, q: c.Queue(0), c: c}, nil
 }
+
+// close ends the client's session.
+func (tc *testClient) close() { tc.c.Close() }
 
 // call sends msg as an RTRS write (write) or read with data, returns errno.
 func (tc *testClient) call(msg marshaler, write bool, data []byte) int {
