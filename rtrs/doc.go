@@ -66,9 +66,20 @@
 // failed path. A ChunkGate (RDMA server) and the chunk's busy flag (TCP
 // server) let one request at a time use a chunk across the paths of a
 // session, so a resend, and every later request on its chunk, waits until
-// the stale copy is done. One window stays open, as in the kernel's RTRS: a
-// stale request that the server has not even read yet when its resend has
-// been answered (still in the failed path's completion queue or socket
-// buffer; a server reads both promptly, and a client fails over only after
-// it noticed the failure) runs after it, as a repeated write.
+// the stale copy is done. A stale request that the server has read but not
+// started when it sees its path close never starts (ServerPath.Serving).
+// One window stays open: a stale request of a path whose failure the
+// server has not seen yet (the client gave it up, the server's connection
+// still stands) can run after its resend has been answered, as a repeated
+// write.
+//
+// # Server sessions
+//
+// ServerTable is the session layer of a server, shared by its transports:
+// it admits connections within its limits (ConnSlot), applies the
+// kernel's session and path checks to connection requests (Attach) and
+// INFO_REQs (Establish), keeps each path's state (ServerPathState), and
+// releases a session once its last path has been gone for the linger time
+// (the upper layer's OnRelease, then the transports' OnFree hooks and the
+// pool's unmapping once no request Holds the session).
 package rtrs

@@ -57,9 +57,10 @@
 // # Connection setup
 //
 // A client connects the cids of a path one after another as the kernel
-// does: TCP connect, CTRL ConnReq, CTRL ConnRsp. The server applies the
-// checks of the kernel (RTRS-RNBD-WIRE.md §2.4) and answers a refusal with a
-// ConnRsp carrying the negative errno, then closes. When all cids are up,
+// does: TCP connect, CTRL ConnReq, CTRL ConnRsp. The server admits the
+// connection and applies the kernel's checks through its session layer
+// (rtrs.ServerTable), and answers a refusal with a ConnRsp carrying the
+// negative errno, then closes. When all cids are up,
 // the client sends InfoReq (session name) on cid 0 and the server answers
 // InfoRsp with a single descriptor {addr 0, key 0, len queue_depth·chunk}
 // (there is no memory registration over TCP), which passes the client's
@@ -98,6 +99,9 @@
 // MaxReconnectAttempts allows (-1: always; Client.SetMaxReconnectAttempts
 // changes it at run time).
 //
+// The server serves IO only on a path that completed session
+// establishment: an IO frame on a path still CONNECTING closes the path,
+// and one read from a path that has closed meanwhile is dropped unserved.
 // The server reads each connection with one goroutine; a request's payload
 // is read straight into its chunk, the handler serves it (synchronously or
 // later, from any goroutine) and the answers of a batch of requests go out
