@@ -17,7 +17,7 @@ type UUID [16]byte
 //	off 10 le16  recon_cnt    client reconnect counter (informational)
 //	off 12 16    sess_uuid    UUID of the path
 //	off 28 16    paths_uuid   UUID of the session (group of paths)
-//	off 44 u8    bit 0: first_conn, bits 1..7 reserved
+//	off 44 u8    bit 0: first_conn, bit 1: fence (urnbd), bits 2..7 reserved
 //	off 45 11    reserved
 //
 // Encoding writes zeros to cma_version, ip_version and the reserved bits;
@@ -38,6 +38,10 @@ type ConnReq struct {
 	// FirstConn allows the server to create a new session for PathsUUID; a
 	// server rejects an unknown session without it (-ENXIO).
 	FirstConn bool
+	// Fence says the client fences the paths it gives up (FenceReq) before
+	// it resends their requests: a urnbd extension in a bit the kernel
+	// leaves reserved and ignores. A urnbd server answers FlagFence.
+	Fence bool
 }
 
 // Size returns ConnReqSize.
@@ -72,7 +76,10 @@ func (m *ConnReq) MarshalTo(b []byte) (int, error) {
 	copy(b[12:28], m.SessUUID[:])
 	copy(b[28:44], m.PathsUUID[:])
 	if m.FirstConn {
-		b[44] = 1
+		b[44] |= 1
+	}
+	if m.Fence {
+		b[44] |= 2
 	}
 	return ConnReqSize, nil
 }
@@ -97,6 +104,7 @@ func (m *ConnReq) Unmarshal(b []byte) error {
 		CIDNum:    binary.LittleEndian.Uint16(b[8:]),
 		ReconCnt:  binary.LittleEndian.Uint16(b[10:]),
 		FirstConn: b[44]&1 != 0,
+		Fence:     b[44]&2 != 0,
 	}
 	copy(r.SessUUID[:], b[12:28])
 	copy(r.PathsUUID[:], b[28:44])

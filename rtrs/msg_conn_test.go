@@ -38,12 +38,13 @@ func TestConnReq(t *testing.T) {
 		t.Fatalf("round trip %+v != %+v", d, m)
 	}
 
-	// Reserved bits, cma/ip version and minor version are ignored.
+	// Reserved bits, cma/ip version and minor version are ignored; bit 1
+	// of byte 44 is urnbd's fence.
 	x := bytes.Clone(want)
 	x[0], x[1], x[4], x[44], x[50] = 0xAA, 0xBB, 0x07, 0xFE, 0x55
 	mustNoErr(t, d.Unmarshal(x))
 	m2 := m
-	m2.FirstConn = false
+	m2.FirstConn, m2.Fence = false, true
 	if d != m2 {
 		t.Fatalf("got %+v", d)
 	}

@@ -328,6 +328,29 @@ func (t *ServerTable) Establish(p *ServerPath, name string) error {
 	}
 }
 
+// FencePath finds the path of from's session whose sess_uuid is target,
+// for a FenceReq that from carried: the caller closes it (its transport's
+// ClosePath, which calls ClosePath here first) before it answers. A
+// session fences only its own paths, from a path that serves, and not
+// the path it asks on (EINVAL); nil and no error when the path is gone
+// already.
+func (t *ServerTable) FencePath(from *ServerPath, target UUID) (*ServerPath, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !from.Serving() {
+		return nil, fmt.Errorf("fence on a path that does not serve: %w", syscall.ECONNRESET)
+	}
+	if target == from.sessUUID {
+		return nil, fmt.Errorf("a path cannot fence itself: %w", syscall.EINVAL)
+	}
+	for _, p := range from.sess.paths {
+		if p.sessUUID == target {
+			return p, nil
+		}
+	}
+	return nil, nil
+}
+
 // ClosePath takes p out of its session: p stops serving at once. It
 // reports whether this call closed it. When p was the session's last path,
 // the session lingers and is released after the linger time, unless a

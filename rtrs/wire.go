@@ -110,6 +110,10 @@ func (t MsgType) String() string {
 		return "READ"
 	case MsgRkeyRsp:
 		return "RKEY_RSP"
+	case MsgFenceReq:
+		return "FENCE_REQ"
+	case MsgFenceRsp:
+		return "FENCE_RSP"
 	}
 	return "MsgType(" + strconv.Itoa(int(t)) + ")"
 }
@@ -125,6 +129,10 @@ const (
 	// and returns the new rkey in an RKEY_RSP with the response; the client
 	// must post 8-byte receive buffers.
 	FlagNewRkey uint32 = 1 << 1
+	// FlagFence (0x10000), in the flags of the connection response: a urnbd
+	// server that takes FenceReq, sent only to a client whose ConnReq said
+	// Fence (a kernel client never sees it).
+	FlagFence uint32 = 1 << 16
 )
 
 // Wire sizes in bytes.
@@ -137,6 +145,8 @@ const (
 	RkeyRspSize      = 8   // rtrs_msg_rkey_rsp
 	RdmaReadHdrSize  = 8   // rtrs_msg_rdma_read without descriptors
 	RdmaWriteMsgSize = 4   // rtrs_msg_rdma_write
+	FenceReqSize     = 20  // FenceReq (urnbd)
+	FenceRspSize     = 20  // FenceRsp (urnbd)
 )
 
 // BitsFor returns the kernel's ilog2(x)+1 for x>0 and 0 for x==0: the number

@@ -26,6 +26,9 @@ type PathConfig struct {
 	CIDNum int
 	// FirstConn lets the server create the session (see rtrs.ConnReq).
 	FirstConn bool
+	// Fence asks the server for fencing (rtrs.ConnReq.Fence); a server
+	// that offers it answers rtrs.FlagFence in Params.Flags.
+	Fence bool
 	// ReconCnt is sent as recon_cnt.
 	ReconCnt uint16
 	// Timeout bounds the TCP connect and every handshake read and write;
@@ -156,7 +159,7 @@ func DialPath(ctx context.Context, cfg PathConfig) (*ClientPath, error) {
 	for cid := 0; cid < cfg.CIDNum; cid++ {
 		req := rtrs.ConnReq{
 			CID: uint16(cid), CIDNum: uint16(cfg.CIDNum), ReconCnt: cfg.ReconCnt,
-			SessUUID: cfg.SessUUID, PathsUUID: cfg.PathsUUID, FirstConn: cfg.FirstConn,
+			SessUUID: cfg.SessUUID, PathsUUID: cfg.PathsUUID, FirstConn: cfg.FirstConn, Fence: cfg.Fence,
 		}
 		c, params, err := Dial(ctx, &cfg, &req)
 		if err != nil {

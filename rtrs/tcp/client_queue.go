@@ -34,6 +34,9 @@ type ClientQueue struct {
 	frames  []sendFrame // by permit id: the frame of the request holding it
 	scratch []byte      // per permit id: frame header, user message, RTRS header
 	dirty   []*qconn    // connections with frames to write at Flush
+	// unfenced are dead connections whose requests wait for the server
+	// to fence their path (clientPath.fenceLoop) before they go again.
+	unfenced []*qconn
 	onCQE   func(*uring.CQE)
 	onMsg   func(qmsg)
 	mbox    *rtrs.Mailbox[qmsg]
@@ -59,6 +62,7 @@ const (
 	msgPolicy
 	msgClose
 	msgDo
+	msgFenced // the server closed path's connects up to gen
 )
 
 // qmsg is a control message from a path goroutine to a queue.
@@ -66,7 +70,7 @@ type qmsg struct {
 	kind   qmsgKind
 	path   *clientPath
 	fd     int
-	gen    uint64 // msgAttach: the path's connect the connection belongs to
+	gen    uint64 // msgAttach: the path's connect the connection belongs to; msgFenced: the newest connect fenced
 	policy rtrs.MPPolicy
 	do     func(*ClientQueue)
 }
@@ -90,6 +94,9 @@ type qconn struct {
 	// its requests fail over when that RECV ends, not before, or the
 	// kernel could still copy stale data into a buffer already reused.
 	failOver bool
+	// unfenced: the connection failed and the server may still have its
+	// requests unread; they fail over once the path is fenced.
+	unfenced bool
 	pollOn   bool // a POLLOUT is in the ring
 	dead     bool
 }
@@ -341,7 +348,33 @@ func (q *ClientQueue) handleMsg(m qmsg) {
 				q.fail(qc)
 			}
 		}
+		q.releaseUnfenced(func(*qconn) bool { return true })
+	case msgFenced:
+		q.releaseUnfenced(func(qc *qconn) bool { return qc.path == m.path && qc.gen <= m.gen })
 	}
+	if len(q.unfenced) > 0 && !q.c.anyHope() {
+		// No path will carry them again: they fail over to nothing and
+		// end with -ENOTCONN.
+		q.releaseUnfenced(func(*qconn) bool { return true })
+	}
+}
+
+// releaseUnfenced lets the requests of the unfenced connections that match
+// go again.
+func (q *ClientQueue) releaseUnfenced(match func(*qconn) bool) {
+	kept := q.unfenced[:0]
+	for _, qc := range q.unfenced {
+		if !match(qc) {
+			kept = append(kept, qc)
+			continue
+		}
+		qc.unfenced = false
+		if !qc.failOver {
+			q.reqs.FailOver(qc, qc.slot, qc.path.stats)
+		}
+	}
+	clear(q.unfenced[len(kept):])
+	q.unfenced = kept
 }
 
 func (q *ClientQueue) attachConn(p *clientPath, fd int, gen uint64) {
@@ -597,9 +630,13 @@ func (q *ClientQueue) fail(qc *qconn) {
 		qc.path.report(cmdFailed)
 	}
 	qc.sendq.Clear()
+	if q.c.fencing() && !q.reqs.Closed() && qc.gen > qc.path.fencedGen.Load() {
+		qc.unfenced = true // see qconn.unfenced
+		q.unfenced = append(q.unfenced, qc)
+	}
 	if qc.recvOn && qc.direct {
 		qc.failOver = true // when the RECV ends: see qconn.failOver
-	} else {
+	} else if !qc.unfenced {
 		q.reqs.FailOver(qc, qc.slot, qc.path.stats)
 	}
 	q.reap(qc)
@@ -621,7 +658,9 @@ func (q *ClientQueue) failingOver() bool {
 func (q *ClientQueue) endFailOver(qc *qconn) {
 	if qc.failOver {
 		qc.failOver = false
-		q.reqs.FailOver(qc, qc.slot, qc.path.stats)
+		if !qc.unfenced {
+			q.reqs.FailOver(qc, qc.slot, qc.path.stats)
+		}
 	}
 }
 

@@ -84,10 +84,11 @@ type Client struct {
 	queues    []*ClientQueue
 	link      *rtrs.Link
 
-	mu     sync.Mutex // control plane: paths, closing
-	paths  []*clientPath
-	closed bool
-	wg     sync.WaitGroup
+	mu      sync.Mutex // control plane: paths, closing
+	paths   []*clientPath
+	closed  bool
+	closing chan struct{} // closed by Close
+	wg      sync.WaitGroup
 	// maxRecon is max_reconnect_attempts (ClientConfig.MaxReconnectAttempts,
 	// SetMaxReconnectAttempts), read by the path goroutines.
 	maxRecon rtrs.ReconnectLimit
@@ -109,6 +110,19 @@ type clientPath struct {
 
 	kick chan pathCmd // failure reports and user commands
 	svc  *ClientConn  // service connection while connected
+	// fences carries fence requests of other paths to this path's
+	// heartbeat loop, which sends them on its service connection.
+	fences chan fenceCall
+	// fencedGen is the newest connect (connGen) of the path that the
+	// server is known to have closed: the queues resend the requests of
+	// its connections of that connect or older only then.
+	fencedGen atomic.Uint64
+}
+
+// fenceCall is a fence request handed to another path's heartbeat loop.
+type fenceCall struct {
+	target rtrs.UUID
+	done   chan error // buffered: the loop never blocks on it
 }
 
 type pathCmd int
@@ -174,7 +188,8 @@ func DialClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	c := &Client{cfg: cfg, pathsUUID: newUUID(), link: rtrs.NewLink(cfg.HoldIOOnReconnect, cfg.OnLinkEvent)}
+	c := &Client{cfg: cfg, pathsUUID: newUUID(), link: rtrs.NewLink(cfg.HoldIOOnReconnect, cfg.OnLinkEvent),
+		closing: make(chan struct{})}
 	_ = c.maxRecon.Set(cfg.MaxReconnectAttempts) // checked by setDefaults
 	var first error
 	var conns [][]*ClientConn
@@ -231,7 +246,7 @@ func (c *Client) newPath(idx int, a PathAddr) *clientPath {
 
 // newPathLocked is newPath with c.mu held.
 func (c *Client) newPathLocked(idx int, a PathAddr) *clientPath {
-	p := &clientPath{c: c, idx: idx, addr: a, sessUUID: newUUID(), kick: make(chan pathCmd, 1)}
+	p := &clientPath{c: c, idx: idx, addr: a, sessUUID: newUUID(), kick: make(chan pathCmd, 1), fences: make(chan fenceCall)}
 	p.state.Bind(c.link)
 	p.state.Store(PathStateConnecting)
 	p.stats = rtrs.NewClientPathStats(c.cfg.Queues)
@@ -368,6 +383,7 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closed = true
+	close(c.closing)
 	paths := append([]*clientPath(nil), c.paths...)
 	c.mu.Unlock()
 	for _, p := range paths {
@@ -406,6 +422,7 @@ func (p *clientPath) dial(ctx context.Context, firstConn bool) (*ClientPath, err
 	cfg := PathConfig{
 		Addr: p.addr.Dst, SessName: p.c.cfg.SessName, PathsUUID: p.c.pathsUUID, SessUUID: p.sessUUID,
 		CIDNum: p.c.cfg.nqueues() + 1, FirstConn: firstConn || p.everUp, ReconCnt: p.reconCnt, Timeout: p.c.cfg.Timeout,
+		Fence: true,
 	}
 	if p.addr.Src != "" {
 		ip := net.ParseIP(p.addr.Src)
@@ -489,7 +506,12 @@ func (p *clientPath) run(conns []*ClientConn) {
 		}
 		conns = nil
 		cmd := p.heartbeat()
+		gen := p.connGen.Load() // the connect being taken down
 		p.detach()
+		if cmd != cmdClose && p.c.fencing() {
+			p.c.wg.Add(1)
+			go p.fenceLoop(gen)
+		}
 		switch cmd {
 		case cmdClose, cmdRemove:
 			p.state.Store(PathStateRemoved)
@@ -539,6 +561,10 @@ func (p *clientPath) attach(conns []*ClientConn) error {
 		cc.Close() // the queues own duplicates of the sockets
 	}
 	p.svc = conns[0]
+	// The server took this connect: it has closed the path's earlier
+	// ones (it accepts a path's sess_uuid anew only then), so their
+	// requests may go again, here too.
+	p.markFenced(p.connGen.Load())
 	gen := p.connGen.Add(1)
 	p.state.Store(PathStateConnected)
 	for i, q := range p.c.queues {
@@ -566,6 +592,87 @@ func (p *clientPath) detach() {
 	p.connGen.Add(1)
 	for _, q := range p.c.queues {
 		q.post(qmsg{kind: msgDetach, path: p})
+	}
+}
+
+// fencing reports whether the server fences paths (rtrs.FlagFence).
+func (c *Client) fencing() bool { return c.params.Flags&rtrs.FlagFence != 0 }
+
+// fenceRetry is how often a path that went down tries again to have the
+// server fence it through another path.
+const fenceRetry = 50 * time.Millisecond
+
+// fenceLoop has the server close connect gen of p, through another
+// connected path, so that the requests p carried may go again: the server
+// then starts none of the copies it may still have unread. It ends when
+// that is done, when p connected again (which fences it too) or when the
+// client closes.
+func (p *clientPath) fenceLoop(gen uint64) {
+	defer p.c.wg.Done()
+	for p.fencedGen.Load() < gen {
+		p.c.mu.Lock()
+		closed := p.c.closed
+		others := make([]*clientPath, 0, len(p.c.paths))
+		for _, o := range p.c.paths {
+			if o != p && o.state.Load() == PathStateConnected {
+				others = append(others, o)
+			}
+		}
+		p.c.mu.Unlock()
+		if closed {
+			return
+		}
+		for _, o := range others {
+			if o.fence(p.sessUUID) == nil {
+				p.markFenced(gen)
+				return
+			}
+		}
+		select {
+		case <-p.c.closing:
+			return
+		case <-time.After(fenceRetry):
+		}
+	}
+}
+
+// fence asks the server, on p's service connection, to close the path
+// target, and waits for the answer.
+func (p *clientPath) fence(target rtrs.UUID) error {
+	timeout := time.NewTimer(p.c.cfg.HeartbeatInterval * time.Duration(p.c.cfg.MissedHeartbeats+1))
+	defer timeout.Stop()
+	fc := fenceCall{target: target, done: make(chan error, 1)}
+	select {
+	case p.fences <- fc:
+	case <-timeout.C:
+		return syscall.ETIMEDOUT
+	case <-p.c.closing:
+		return syscall.ENOTCONN
+	}
+	select {
+	case err := <-fc.done:
+		return err
+	case <-timeout.C:
+		return syscall.ETIMEDOUT
+	case <-p.c.closing:
+		return syscall.ENOTCONN
+	}
+}
+
+// markFenced records that the server has closed p's connects up to gen and
+// lets the queues resend their requests.
+func (p *clientPath) markFenced(gen uint64) {
+	for {
+		old := p.fencedGen.Load()
+		if gen <= old {
+			return
+		}
+		if p.fencedGen.CompareAndSwap(old, gen) {
+			break
+		}
+	}
+	for _, q := range p.c.queues {
+		q.post(qmsg{kind: msgFenced, path: p, gen: gen})
 	}
 }
 
@@ -608,6 +715,7 @@ func (p *clientPath) heartbeat() pathCmd {
 	dec.SetSession(p.c.params.Codec, nil)
 	acks := make(chan time.Time, 16)
 	readErr := make(chan error, 1)
+	fenced := make(chan rtrs.FenceRsp, 16)
 	go func() {
 		for {
 			f, err := dec.ReadFrame(nc)
@@ -615,12 +723,31 @@ func (p *clientPath) heartbeat() pathCmd {
 				readErr <- err
 				return
 			}
+			if f.IsCtrl() {
+				var rsp rtrs.FenceRsp
+				if f.Ctrl != CtrlFenceRsp || rsp.Unmarshal(f.Payload) != nil {
+					readErr <- fmt.Errorf("rtrs/tcp client: unexpected %v on the service connection: %w", f.Ctrl, rtrs.ErrBadType)
+					return
+				}
+				select {
+				case fenced <- rsp:
+				default: // more answers than fences: not ours to block on
+				}
+				continue
+			}
 			if f.Imm.Type == rtrs.ImmHBAck {
 				select {
 				case acks <- time.Now():
 				default:
 				}
 			}
+		}
+	}()
+	// Fences sent and not answered yet, in order.
+	var pending []fenceCall
+	defer func() {
+		for _, fc := range pending {
+			fc.done <- fmt.Errorf("rtrs/tcp client: path %s went down before the fence was answered: %w", p.addr, syscall.ENOTCONN)
 		}
 	}()
 	var hb [HeaderSize]byte
@@ -651,6 +778,30 @@ func (p *clientPath) heartbeat() pathCmd {
 		case at := <-acks:
 			missed = 0
 			p.rttNS.Store(int64(at.Sub(sentAt)))
+		case fc := <-p.fences:
+			var b [HeaderSize + rtrs.FenceReqSize]byte
+			n, err := PutCtrl(b[:], CtrlFenceReq, &rtrs.FenceReq{SessUUID: fc.target})
+			if err == nil {
+				_ = nc.SetWriteDeadline(time.Now().Add(p.c.cfg.HeartbeatInterval))
+				_, err = nc.Write(b[:n])
+			}
+			if err != nil {
+				fc.done <- err
+				return cmdFailed
+			}
+			pending = append(pending, fc)
+		case rsp := <-fenced:
+			for i, fc := range pending {
+				if fc.target == rsp.SessUUID {
+					if rsp.Errno != 0 {
+						fc.done <- fmt.Errorf("rtrs/tcp client: fence refused: %w", syscall.Errno(-rsp.Errno))
+					} else {
+						fc.done <- nil
+					}
+					pending = append(pending[:i], pending[i+1:]...)
+					break
+				}
+			}
 		case <-tick.C:
 			missed++
 			if missed > p.c.cfg.MissedHeartbeats {

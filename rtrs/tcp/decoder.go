@@ -232,9 +232,9 @@ func (d *Decoder) check(h Header) (Frame, error) {
 		ok := false
 		switch d.dir {
 		case ToServer:
-			ok = k == CtrlConnReq || k == CtrlInfoReq
+			ok = k == CtrlConnReq || k == CtrlInfoReq || k == CtrlFenceReq
 		case ToClient:
-			ok = k == CtrlConnRsp || k == CtrlInfoRsp
+			ok = k == CtrlConnRsp || k == CtrlInfoRsp || k == CtrlFenceRsp
 		}
 		if !ok {
 			return Frame{}, frameErr(rtrs.ErrBadType, "ctrl", "%v not allowed %v (imm %#08x)", k, d.dir, h.Imm)

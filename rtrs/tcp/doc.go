@@ -38,8 +38,10 @@
 //	HB_ACK   (9)    both empty
 //	CTRL     (15)   both a handshake message; the 28-bit payload of the
 //	                     immediate says which (CtrlKind): ConnReq (c→s),
-//	                     ConnRsp (s→c), InfoReq (c→s), InfoRsp (s→c), in the
-//	                     wire format of package rtrs; at most MaxCtrlLen bytes.
+//	                     ConnRsp (s→c), InfoReq (c→s), InfoRsp (s→c), and
+//	                     on cid 0 of a serving path FenceReq (c→s) and
+//	                     FenceRsp (s→c), in the wire format of package rtrs;
+//	                     at most MaxCtrlLen bytes.
 //
 // Type 15 is unused by RTRS over RDMA; it marks the messages RDMA carries
 // out of band (CM private data) or as plain SENDs, so IO and heartbeat frames

@@ -33,6 +33,11 @@ const (
 	CtrlInfoReq CtrlKind = 3
 	// CtrlInfoRsp (4), server→client on cid 0: rtrs.InfoRsp.
 	CtrlInfoRsp CtrlKind = 4
+	// CtrlFenceReq (5), client→server on cid 0 of a serving path:
+	// rtrs.FenceReq, only to a server that answered rtrs.FlagFence.
+	CtrlFenceReq CtrlKind = 5
+	// CtrlFenceRsp (6), server→client on that cid 0: rtrs.FenceRsp.
+	CtrlFenceRsp CtrlKind = 6
 )
 
 // String returns the name of the message the kind carries.
@@ -46,6 +51,10 @@ func (k CtrlKind) String() string {
 		return "INFO_REQ"
 	case CtrlInfoRsp:
 		return "INFO_RSP"
+	case CtrlFenceReq:
+		return "FENCE_REQ"
+	case CtrlFenceRsp:
+		return "FENCE_RSP"
 	}
 	return fmt.Sprintf("CTRL(%d)", uint32(k))
 }
@@ -154,7 +163,7 @@ func HeartbeatHeader(ack bool) Header {
 // CtrlHeader returns the header of a control frame of kind k with an n-byte
 // payload.
 func CtrlHeader(k CtrlKind, n int) (Header, error) {
-	if k < CtrlConnReq || k > CtrlInfoRsp {
+	if k < CtrlConnReq || k > CtrlFenceRsp {
 		return Header{}, frameErr(rtrs.ErrBadType, "ctrl", "unknown kind %d", uint32(k))
 	}
 	if n < 0 || n > MaxCtrlLen {

@@ -459,3 +459,129 @@ func TestHostileSessionsReturnMemory(t *testing.T) {
 		t.Fatalf("RSS grew from %d to %d bytes", start, end)
 	}
 }
+
+// writeOnce writes data at byte offset off through the client's queue 0
+// and returns the errno.
+func writeOnce(t *testing.T, c *Client, off int, data []byte) int {
+	t.Helper()
+	o := &oneShot{done: make(chan int, 1)}
+	binary.LittleEndian.PutUint64(o.usr[:], uint64(off))
+	o.r = Request{Write: true, Data: data, Usr: o.usr[:], Done: o.onDone}
+	c.Queue(0).Do(func(q *ClientQueue) { q.Submit(&o.r) })
+	select {
+	case e := <-o.done:
+		return e
+	case <-time.After(10 * time.Second):
+		t.Fatalf("write at %d did not end; paths %v", off, c.Paths())
+		return 0
+	}
+}
+
+// The stale write of a partition: the network holds path A's write (a
+// proxy delays everything on A by 2 s), the client gives A up when its
+// heartbeats stop, fails the write over to B, and gets it answered; then
+// a newer write to the same place, answered. The server never saw A fail.
+// When A's traffic arrives at last, the stale write must not run: the
+// client had the server fence A (FenceReq on B) before it resent.
+func TestHostileStaleWriteAfterPartition(t *testing.T) {
+	const x = 128 << 10
+	b := newMemBackend(1 << 20)
+	// The server's heartbeat timeout (6 s) is longer than the partition:
+	// it does not notice it.
+	srv, err := NewServer(ServerConfig{QueueDepth: sessQD, ChunkSize: 64 << 10, MaxHdrSize: 4096, Handler: b,
+		HeartbeatInterval: time.Second, MissedHeartbeats: 5})
+	mustNoErr(t, err)
+	t.Cleanup(func() { srv.Close() })
+	addr := addListener(t, srv)
+	px := startProxy(t, addr)
+	c := dialTest(t, rtrs.RoundRobin, 1, px.addr())
+	if !c.fencing() {
+		t.Fatal("the server does not offer fencing")
+	}
+	old, fresh := bytes.Repeat([]byte("o"), 4096), bytes.Repeat([]byte("n"), 4096)
+	px.delay.Store(int64(2 * time.Second))
+	done := make(chan int, 1)
+	go func() { done <- writeOnce(t, c, x, old) }()
+	time.Sleep(50 * time.Millisecond) // W1 is in the proxy
+	if _, err := c.AddPath(PathAddr{Dst: addListener(t, srv)}); err != nil {
+		t.Fatal(err)
+	}
+	waitPathState(t, c, 1, "connected")
+	if e := <-done; e != 0 {
+		t.Fatalf("W1 (failed over): errno %d", e)
+	}
+	if e := writeOnce(t, c, x, fresh); e != 0 {
+		t.Fatalf("W2: errno %d", e)
+	}
+	// A's traffic arrives now.
+	time.Sleep(2500 * time.Millisecond)
+	b.mu.Lock()
+	got := append([]byte(nil), b.mem[x:x+4096]...)
+	b.mu.Unlock()
+	if !bytes.Equal(got, fresh) {
+		t.Fatalf("the place holds %q…: the acknowledged write was overwritten by the stale copy", got[:8])
+	}
+	px.delay.Store(0)
+}
+
+// A FenceReq closes only a path of the sender's own session, only when
+// sent on cid 0; on an IO connection it closes the sender's path.
+func TestHostileFenceRules(t *testing.T) {
+	srv, addrs := startServer(t, ServerConfig{Handler: newGateBackend(-1)}, 2)
+	ctx := context.Background()
+	fenceCfg := func(sess, path byte, addr string) PathConfig {
+		cfg := pathCfg(addr, sess, path, 2, true)
+		cfg.Fence = true
+		return cfg
+	}
+	victim, err := DialPath(ctx, fenceCfg(1, 10, addrs[0]))
+	mustNoErr(t, err)
+	defer victim.Close()
+	if victim.Params.Flags&rtrs.FlagFence == 0 {
+		t.Fatal("no FlagFence for a client that asked")
+	}
+	attacker, err := DialPath(ctx, fenceCfg(2, 20, addrs[0]))
+	mustNoErr(t, err)
+	defer attacker.Close()
+	send := func(c *ClientConn, target rtrs.UUID) {
+		var b [HeaderSize + rtrs.FenceReqSize]byte
+		n, err := PutCtrl(b[:], CtrlFenceReq, &rtrs.FenceReq{SessUUID: target})
+		mustNoErr(t, err)
+		_, err = c.NetConn().Write(b[:n])
+		mustNoErr(t, err)
+	}
+	answer := func(c *ClientConn) rtrs.FenceRsp {
+		_ = c.NetConn().SetReadDeadline(time.Now().Add(3 * time.Second))
+		for {
+			f, err := c.Decoder().ReadFrame(c.NetConn())
+			mustNoErr(t, err)
+			if f.IsCtrl() && f.Ctrl == CtrlFenceRsp {
+				var rsp rtrs.FenceRsp
+				mustNoErr(t, rsp.Unmarshal(f.Payload))
+				return rsp
+			}
+		}
+	}
+	// Another session's path: answered (nothing to close here), and the
+	// victim's path stays up.
+	send(attacker.Conns[0], uuid(10))
+	if rsp := answer(attacker.Conns[0]); rsp.Errno != 0 || rsp.SessUUID != uuid(10) {
+		t.Fatalf("answer %+v", rsp)
+	}
+	// Itself: EINVAL.
+	send(attacker.Conns[0], uuid(20))
+	if rsp := answer(attacker.Conns[0]); rsp.Errno != -int16(syscall.EINVAL) {
+		t.Fatalf("fencing itself: %+v", rsp)
+	}
+	ss := srv.SessionList()
+	if len(ss) != 2 {
+		t.Fatalf("sessions after the fences: %+v", ss)
+	}
+	// On an IO connection: the sender's path closes.
+	send(attacker.Conns[1], uuid(10))
+	expectClosed(t, attacker.Conns[1].NetConn(), 3*time.Second)
+	waitFor(t, "the attacker's path closed", func() bool { return len(srv.SessionList()) == 1 })
+	if ss := srv.SessionList(); ss[0].PathsUUID != uuid(1) {
+		t.Fatalf("left: %+v", ss)
+	}
+}

@@ -262,6 +262,9 @@ func (s *Server) handshake(nc net.Conn) (*ServerConn, error) {
 		MaxIOSize:  uint32(s.cfg.ChunkSize - s.cfg.MaxHdrSize),
 		MaxHdrSize: uint32(s.cfg.MaxHdrSize),
 	}
+	if req.Fence {
+		rsp.Flags |= rtrs.FlagFence
+	}
 	if err := cc.writeCtrl(CtrlConnRsp, &rsp); err != nil {
 		s.closePath(p)
 		return nil, err

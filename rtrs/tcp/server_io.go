@@ -258,6 +258,13 @@ func (s *Server) serveIO(c *ServerConn) {
 			return
 		}
 		_ = c.setInLoop(true)
+		if f.IsCtrl() {
+			// After the handshake only a fence, on cid 0.
+			if c.cid != 0 || f.Ctrl != CtrlFenceReq || !s.fence(c, f.Payload) {
+				return
+			}
+			continue
+		}
 		switch f.Imm.Type {
 		case rtrs.ImmHBMsg:
 			c.wmu.Lock()
@@ -283,6 +290,33 @@ func (s *Server) serveIO(c *ServerConn) {
 			return
 		}
 	}
+}
+
+// fence handles a FenceReq on cid 0 of c's path: the path it names is
+// closed before the answer goes out. False closes c's path.
+func (s *Server) fence(c *ServerConn, b []byte) bool {
+	var req rtrs.FenceReq
+	if err := req.Unmarshal(b); err != nil {
+		s.logf("path %v → %v: %v", c.path.core.Src(), c.path.core.Dst(), err)
+		return false
+	}
+	rsp := rtrs.FenceRsp{SessUUID: req.SessUUID}
+	target, err := s.tab.FencePath(c.path.core, req.SessUUID)
+	switch {
+	case err != nil:
+		rsp.Errno = -int16(errnoOr(err, syscall.EINVAL))
+	case target != nil:
+		target.Owner().ClosePath()
+	}
+	var out [HeaderSize + rtrs.FenceRspSize]byte
+	n, err := PutCtrl(out[:], CtrlFenceRsp, &rsp)
+	if err != nil {
+		return false
+	}
+	c.wmu.Lock()
+	c.wbuf = append(c.wbuf, out[:n]...)
+	c.wmu.Unlock()
+	return true
 }
 
 func (s *Server) startIO(sio *sessionIO, c *ServerConn, f *Frame) error {
