@@ -37,9 +37,9 @@ type ClientQueue struct {
 	// unfenced are dead connections whose requests wait for the server
 	// to fence their path (clientPath.fenceLoop) before they go again.
 	unfenced []*qconn
-	onCQE   func(*uring.CQE)
-	onMsg   func(qmsg)
-	mbox    *rtrs.Mailbox[qmsg]
+	onCQE    func(*uring.CQE)
+	onMsg    func(qmsg)
+	mbox     *rtrs.Mailbox[qmsg]
 	// state is queueIdle until a loop first drives the queue, then
 	// queueDriven or queueDetached (Attach, Detach), and queueClosed once
 	// the closed client's sockets and mailbox are closed.
