@@ -56,7 +56,20 @@ const (
 	ImmHBMsg ImmType = 8
 	// ImmHBAck (9), either side: heartbeat answer; payload 0.
 	ImmHBAck ImmType = 9
+	// ImmFenceRsp (10), server→client on cid 0, a urnbd extension (only
+	// with FlagFence): the answer to a FenceReq; payload -errno (0: the
+	// path is closed).
+	ImmFenceRsp ImmType = 10
 )
+
+// FenceRspImm returns the immediate of a fence answer with errno (0 or
+// negative; one that does not fit answers -EIO).
+func FenceRspImm(errno int) uint32 {
+	if errno > 0 || -errno > ImmPayloadMask {
+		errno = -5
+	}
+	return uint32(ImmFenceRsp)<<ImmPayloadBits | uint32(-errno)
+}
 
 // Known reports whether t is one of the immediate types of the protocol.
 func (t ImmType) Known() bool {
@@ -80,6 +93,8 @@ func (t ImmType) String() string {
 		return "HB_MSG"
 	case ImmHBAck:
 		return "HB_ACK"
+	case ImmFenceRsp:
+		return "FENCE_RSP"
 	}
 	return "ImmType(" + strconv.Itoa(int(t)) + ")"
 }

@@ -138,12 +138,29 @@ type clientPath struct {
 	cur      *pathConns   // owned by the path goroutine
 	// live is cur while it carries requests, for CompletionQueues.
 	live atomic.Pointer[pathConns]
+	// connSeq numbers the path's connects (pathConns.gen); path goroutine.
+	connSeq uint64
+	// fencedGen is the newest connect of the path that the server is known
+	// to have closed: the queues resend the requests of that connect or an
+	// older one only then (rtrs.Unfenced).
+	fencedGen atomic.Uint64
+	// fenceMu guards fenceQ, the fence requests of other paths for this
+	// path's service loop to send.
+	fenceMu sync.Mutex
+	fenceQ  []fenceCall
+}
+
+// fenceCall is a fence request handed to another path's service loop.
+type fenceCall struct {
+	target rtrs.UUID
+	done   chan error // buffered
 }
 
 // pathConns are the connections and registrations of one connect of a
 // path; a reconnect makes new ones.
 type pathConns struct {
 	p      *clientPath
+	gen    uint64 // clientPath.connSeq of this connect
 	ch     *rdma.EventChannel
 	pd     *rdma.PD
 	svc    *conn
@@ -440,6 +457,11 @@ func (p *clientPath) run() {
 		}
 		attempts, lastErr = 0, ""
 		p.stats.ReconnectSucceeded()
+		// The server took this connect: it has closed the path's earlier
+		// ones, whose requests may go again now.
+		p.connSeq++
+		pc.gen = p.connSeq
+		p.markFenced(pc.gen - 1)
 		p.cur = pc
 		pc.cqs = pc.cqInfos()
 		p.live.Store(pc)
@@ -452,6 +474,10 @@ func (p *clientPath) run() {
 		p.live.Store(nil)
 		p.teardown(pc)
 		p.cur = nil
+		if c.fencing() && !c.closed.Load() {
+			c.wg.Add(1)
+			go p.fenceLoop(pc.gen)
+		}
 		c.wakeQueues()
 		if c.closed.Load() {
 			break
@@ -532,7 +558,7 @@ func (p *clientPath) connect() (_ *pathConns, err error) {
 			pc.io = append(pc.io, cn)
 		}
 		req := rtrs.ConnReq{CID: uint16(cid), CIDNum: uint16(cidNum), ReconCnt: p.reconCnt,
-			SessUUID: p.uuid, PathsUUID: c.pathsUUID, FirstConn: true}
+			SessUUID: p.uuid, PathsUUID: c.pathsUUID, FirstConn: true, Fence: true}
 		var b [rtrs.ConnReqSize]byte
 		req.MarshalTo(b[:])
 		if err := id.Connect(rdma.ConnParam{PrivateData: b[:], RetryCount: 7, RNRRetryCount: 7}); err != nil {
@@ -710,6 +736,19 @@ func (p *clientPath) serve(pc *pathConns) {
 	wcs := make([]rdma.WC, 32)
 	fds := []unix.PollFd{{Fd: int32(pc.ch.Fd()), Events: unix.POLLIN}, {Fd: int32(pc.svc.cc.Fd()), Events: unix.POLLIN}, {Fd: int32(p.wakeFD), Events: unix.POLLIN}}
 	next := time.Now().Add(c.cfg.HeartbeatInterval)
+	var fenceOut *fenceCall // sent, not answered yet: one at a time
+	defer func() {
+		err := fmt.Errorf("rtrs/rdmatr client: path %v went down before the fence was answered: %w", p.addr, syscall.ENOTCONN)
+		if fenceOut != nil {
+			fenceOut.done <- err
+		}
+		p.fenceMu.Lock()
+		for _, fc := range p.fenceQ {
+			fc.done <- err
+		}
+		p.fenceQ = nil
+		p.fenceMu.Unlock()
+	}()
 	for !c.closed.Load() && !pc.failed.Load() && p.cmd.Load() == cmdNone {
 		ms := max(int(time.Until(next)/time.Millisecond), 0)
 		unix.Poll(fds, ms)
@@ -756,6 +795,15 @@ func (p *clientPath) serve(pc *pathConns) {
 					if !pc.hbSent.IsZero() {
 						p.rtt.Store(int64(time.Since(pc.hbSent)))
 					}
+				case rtrs.ImmFenceRsp:
+					if fenceOut != nil {
+						if _, v := rtrs.SplitImm(wc.Imm); v != 0 {
+							fenceOut.done <- fmt.Errorf("rtrs/rdmatr client: fence refused: %w", syscall.Errno(v))
+						} else {
+							fenceOut.done <- nil
+						}
+						fenceOut = nil
+					}
 				}
 			}
 			if n < len(wcs) {
@@ -780,11 +828,102 @@ func (p *clientPath) serve(pc *pathConns) {
 				pc.fail("service connection: %v", err)
 			}
 		}
+		if fenceOut == nil {
+			p.fenceMu.Lock()
+			if len(p.fenceQ) > 0 {
+				fc := p.fenceQ[0]
+				p.fenceQ = p.fenceQ[1:]
+				fenceOut = &fc
+			}
+			p.fenceMu.Unlock()
+			if fenceOut != nil {
+				// The INFO buffer is free once INFO is done.
+				(&rtrs.FenceReq{SessUUID: fenceOut.target}).MarshalTo(pc.info)
+				sb.Add(rdma.SendWR{Opcode: rdma.WRSend}, pc.infoMR.SGE(0, rtrs.FenceReqSize))
+			}
+		}
 		if sb.Len() > 0 {
 			if _, err := sb.Post(pc.svc.qp); err != nil {
 				pc.fail("service connection: %v", err)
 			}
 		}
+	}
+}
+
+// fencing reports whether the server fences paths (rtrs.FlagFence).
+func (c *Client) fencing() bool { return c.params.Flags&rtrs.FlagFence != 0 }
+
+// fenceRetry is how often a path that went down tries again to have the
+// server fence it through another path.
+const fenceRetry = 50 * time.Millisecond
+
+// fenceLoop has the server close connect gen of p, through another
+// connected path, so that the requests p carried may go again: the server
+// then starts none of the copies it may still have unread, and no RDMA
+// write of them lands in its chunks any more. It ends when that is done,
+// when p connected again (which fences it too) or when the client closes.
+func (p *clientPath) fenceLoop(gen uint64) {
+	defer p.c.wg.Done()
+	for p.fencedGen.Load() < gen && !p.c.closed.Load() {
+		p.c.mu.Lock()
+		others := make([]*clientPath, 0, len(p.c.paths))
+		for _, o := range p.c.paths {
+			if o != p && o.state.Load() == PathStateConnected {
+				others = append(others, o)
+			}
+		}
+		p.c.mu.Unlock()
+		for _, o := range others {
+			if o.fence(p.uuid) == nil {
+				p.markFenced(gen)
+				return
+			}
+		}
+		deadline := time.Now().Add(fenceRetry)
+		for !p.c.closed.Load() && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
+// fence asks the server, on p's service connection, to close the path
+// target, and waits for the answer.
+func (p *clientPath) fence(target rtrs.UUID) error {
+	fc := fenceCall{target: target, done: make(chan error, 1)}
+	p.fenceMu.Lock()
+	p.fenceQ = append(p.fenceQ, fc)
+	p.fenceMu.Unlock()
+	p.wake()
+	timeout := time.NewTimer(p.c.cfg.HeartbeatInterval * time.Duration(p.c.cfg.MissedHeartbeats+1))
+	defer timeout.Stop()
+	for {
+		select {
+		case err := <-fc.done:
+			return err
+		case <-timeout.C:
+			return syscall.ETIMEDOUT
+		case <-time.After(10 * time.Millisecond):
+			if p.c.closed.Load() {
+				return syscall.ENOTCONN
+			}
+		}
+	}
+}
+
+// markFenced records that the server has closed p's connects up to gen and
+// lets the queues resend their requests.
+func (p *clientPath) markFenced(gen uint64) {
+	for {
+		old := p.fencedGen.Load()
+		if gen <= old {
+			return
+		}
+		if p.fencedGen.CompareAndSwap(old, gen) {
+			break
+		}
+	}
+	for _, q := range p.c.queues {
+		q.post(qmsg{kind: msgFenced, path: p, gen: gen})
 	}
 }
 

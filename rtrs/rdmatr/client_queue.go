@@ -43,6 +43,9 @@ type ClientQueue struct {
 	onCQE func(*uring.CQE)
 	onMsg func(qmsg)
 	mbox  *rtrs.Mailbox[qmsg]
+	// unfenced are dead connections whose requests wait for the server
+	// to fence their path (clientPath.fenceLoop) before they go again.
+	unfenced rtrs.Unfenced[*qconn]
 
 	started atomic.Bool
 	exited  chan struct{}
@@ -60,10 +63,13 @@ const (
 	msgPolicy
 	msgClose
 	msgDo
+	msgFenced // the server closed path's connects up to gen
 )
 
 type qmsg struct {
 	kind   qmsgKind
+	path   *clientPath // msgFenced
+	gen    uint64      // msgFenced
 	pc     *pathConns
 	cn     *conn
 	policy rtrs.MPPolicy
@@ -324,7 +330,21 @@ func (q *ClientQueue) handleMsg(m qmsg) {
 				q.fail(qc, "client closed")
 			}
 		}
+		q.releaseUnfenced(func(*qconn) bool { return true })
+	case msgFenced:
+		q.releaseUnfenced(func(qc *qconn) bool { return qc.path == m.path && qc.pc.gen <= m.gen })
 	}
+	if q.unfenced.Len() > 0 && !q.c.anyHope() {
+		// No path will carry them again: they fail over to nothing and
+		// end with -ENOTCONN.
+		q.releaseUnfenced(func(*qconn) bool { return true })
+	}
+}
+
+// releaseUnfenced lets the requests of the unfenced connections that match
+// go again.
+func (q *ClientQueue) releaseUnfenced(match func(*qconn) bool) {
+	q.unfenced.Release(match, func(qc *qconn) { q.reqs.FailOver(qc, qc.slot, qc.path.stats) })
 }
 
 func (q *ClientQueue) attachConn(pc *pathConns, cn *conn) {
@@ -575,7 +595,12 @@ func (q *ClientQueue) fail(qc *qconn, why string) {
 	qc.dead = true
 	qc.sb.Reset()
 	qc.pc.fail("queue %d: %s", q.id, why)
-	q.reqs.FailOver(qc, qc.slot, qc.path.stats)
+	if q.c.fencing() && !q.reqs.Closed() && qc.pc.gen > qc.path.fencedGen.Load() {
+		// The server may still have these requests unread on this path.
+		q.unfenced.Hold(qc)
+	} else {
+		q.reqs.FailOver(qc, qc.slot, qc.path.stats)
+	}
 	if qc.pollOn {
 		q.sqe().PrepPollRemove(q.udBase|udPoll|uint64(qc.slot), q.udBase|udCancel)
 	}

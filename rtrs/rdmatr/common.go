@@ -17,10 +17,14 @@ import (
 // Params are the session parameters a server announced in its ConnRsp.
 type Params = rtrs.Params
 
-// recvSlot is the size of one receive buffer: room for an RKEY_RSP, the
-// only SEND payload a server may deliver on an IO connection (and only
-// with FlagNewRkey; otherwise its IMM WRs are zero-length).
-const recvSlot = rtrs.RkeyRspSize
+// recvSlot is the size of one receive buffer: room for the SEND payloads
+// that may come after INFO: an RKEY_RSP (server→client, with
+// FlagNewRkey) and a FenceReq (client→server on cid 0, with FlagFence).
+// A connection's receives are taken in order by whatever comes next, so
+// each must hold the largest.
+const recvSlot = 32
+
+var _ [recvSlot - max(rtrs.RkeyRspSize, rtrs.FenceReqSize)]struct{} // recvSlot holds both
 
 // conn is one RC connection: a CM id with its own completion channel, CQ
 // and QP, and a registered buffer of receive slots.

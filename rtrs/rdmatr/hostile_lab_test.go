@@ -1,11 +1,15 @@
 package rdmatr
 
 import (
+	"context"
 	"encoding/binary"
 	"net/netip"
+	"os/exec"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/urnbd/urnbd/internal/labtest"
 	"github.com/urnbd/urnbd/rdma"
 	"github.com/urnbd/urnbd/rtrs"
 )
@@ -124,5 +128,99 @@ func TestLabHostileIOBeforeEstablishment(t *testing.T) {
 	e.backend.mu.Unlock()
 	if first == 0xA5 {
 		t.Fatal("the backend holds the hostile write")
+	}
+}
+
+// The stale write of a partition over RDMA: the network holds path A's
+// packets (netem delays everything leaving the client's veth0 by 2 s), the
+// client gives A up when its heartbeats stop, fails its write over to B
+// and gets it answered; then a newer write to the same place, answered.
+// The server, whose heartbeat timeout is longer, never saw A fail. When
+// A's packets arrive at last, the stale RDMA write must neither land in
+// the chunk nor run: the client had the server fence A (FenceReq on B),
+// which moved A's QPs to the error state, before it resent.
+func TestLabHostileStaleWriteAfterPartition(t *testing.T) {
+	needLab(t)
+	_ = exec.Command("modprobe", "sch_netem").Run()
+	if out, err := exec.Command("tc", "qdisc", "add", "dev", "veth0", "root", "netem", "delay", "1ms").CombinedOutput(); err != nil {
+		if labtest.InLab() {
+			t.Fatalf("no netem on the lab's veth0: %v: %s", err, out)
+		}
+		t.Skipf("no netem on veth0 (tc qdisc add ... netem: %v: %s): the partition cannot be made here", err, out)
+	}
+	delQdisc := func() { _ = exec.Command("tc", "qdisc", "del", "dev", "veth0", "root").Run() }
+	t.Cleanup(delQdisc)
+	delQdisc()
+	backend := &memBackend{mem: make([]byte, 1<<20)}
+	srv, err := NewServer(ServerConfig{QueueDepth: labQD, ChunkSize: labChunk, Handler: backend, Logf: t.Logf}) // heartbeats: 5 s × 5
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	a1, err := srv.Listen(netip.AddrPortFrom(srv1, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a2, err := srv.Listen(netip.AddrPortFrom(srv2, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := DialClient(ctx, ClientConfig{SessName: "partition", Paths: []PathAddr{{Src: cli1.String(), Dst: a1.String()}},
+		Queues: 1, Policy: rtrs.RoundRobin, RegionSize: 4 * blockSz, ReconnectDelay: 200 * time.Millisecond,
+		MaxReconnectAttempts: -1, HeartbeatInterval: 100 * time.Millisecond, MissedHeartbeats: 3, Timeout: 5 * time.Second, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	if cl.Params().Flags&rtrs.FlagFence == 0 {
+		t.Fatal("the server does not offer fencing")
+	}
+	go cl.Queue(0).Run(nil)
+	region := cl.Region()
+	old, fresh := region[:blockSz], region[blockSz:2*blockSz]
+	for i := range old {
+		old[i], fresh[i] = 'o', 'n'
+	}
+	write := func(data []byte) <-chan int {
+		got := make(chan int, 1)
+		var usr [8]byte // byte 0 of the backend
+		r := &Request{Write: true, Usr: usr[:], Data: data, Done: func(_ *Request, errno int) { got <- errno }}
+		cl.Queue(0).Do(func(q *ClientQueue) {
+			if err := q.Submit(r); err != nil {
+				got <- -int(syscall.EINVAL)
+			}
+		})
+		return got
+	}
+	wait := func(got <-chan int, what string) {
+		t.Helper()
+		select {
+		case errno := <-got:
+			if errno != 0 {
+				t.Fatalf("%s: errno %d", what, errno)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s did not end; paths %+v", what, cl.Paths())
+		}
+	}
+	if out, err := exec.Command("tc", "qdisc", "add", "dev", "veth0", "root", "netem", "delay", "2s").CombinedOutput(); err != nil {
+		t.Fatalf("netem: %v: %s", err, out)
+	}
+	w1 := write(old)
+	time.Sleep(50 * time.Millisecond) // W1 is on the wire, held
+	if _, err := cl.AddPath(PathAddr{Src: cli2.String(), Dst: a2.String()}); err != nil {
+		t.Fatal(err)
+	}
+	wait(w1, "W1 (failed over)")
+	wait(write(fresh), "W2")
+	time.Sleep(3 * time.Second) // path A's packets arrive
+	delQdisc()
+	backend.mu.Lock()
+	got := append([]byte(nil), backend.mem[:blockSz]...)
+	backend.mu.Unlock()
+	if string(got[:8]) != "nnnnnnnn" || string(got[blockSz-8:]) != "nnnnnnnn" {
+		t.Fatalf("the place holds %q…%q: the acknowledged write was overwritten by the stale copy", got[:8], got[blockSz-8:])
 	}
 }

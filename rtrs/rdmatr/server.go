@@ -113,6 +113,7 @@ type serverPath struct {
 	conns    []*serverConn
 	up       bool // heartbeats started
 	closed   bool
+	fence    bool       // the client fences (ConnReq.Fence): FenceReq on cid 0, FlagFence
 	ios      []ServerIO // by buf id
 	inflight atomic.Int32
 	hbMissed atomic.Int32
@@ -355,7 +356,7 @@ func (s *Server) onConnectRequest(ev *rdma.Event) {
 	qd, chunk := s.cfg.QueueDepth, s.cfg.ChunkSize
 	core, err := s.tab.Attach(&req, src, dst, qd*chunk, func(cp *rtrs.ServerPath) rtrs.PathOwner {
 		return &serverPath{core: cp, cidNum: cp.CIDNum(), conns: make([]*serverConn, cp.CIDNum()),
-			ios: make([]ServerIO, qd), stats: rtrs.NewServerPathStats(0)}
+			ios: make([]ServerIO, qd), stats: rtrs.NewServerPathStats(0), fence: req.Fence}
 	})
 	if err != nil {
 		slot.Close()
@@ -382,6 +383,9 @@ func (s *Server) onConnectRequest(ev *rdma.Event) {
 	p.conns[req.CID] = sc
 	s.conns[id] = sc
 	rsp := rtrs.ConnRsp{QueueDepth: uint16(qd), MaxIOSize: uint32(chunk - s.cfg.MaxHdrSize), MaxHdrSize: uint32(s.cfg.MaxHdrSize)}
+	if p.fence {
+		rsp.Flags |= rtrs.FlagFence
+	}
 	var b [rtrs.ConnRspSize]byte
 	rsp.MarshalTo(b[:])
 	if err := id.Accept(rdma.ConnParam{PrivateData: b[:], RNRRetryCount: 7}); err != nil {
@@ -494,11 +498,22 @@ func (sc *serverConn) free() {
 // session's pool and registrations when the last request is done with
 // them.
 func (s *Server) closePath(p *serverPath) {
+	if conns, first := s.shutPath(p); first {
+		s.freePath(p, conns)
+	}
+}
+
+// shutPath stops p at once: no request of p starts any more, and its QPs
+// are in the error state (rdma_disconnect moves them there before it
+// returns), so no RDMA write of the client lands in the chunks after it.
+// It returns p's connections and whether this call shut it (then the
+// caller frees them with freePath).
+func (s *Server) shutPath(p *serverPath) ([]*serverConn, bool) {
 	s.tab.ClosePath(p.core)
 	s.mu.Lock()
 	if p.closed {
 		s.mu.Unlock()
-		return
+		return nil, false
 	}
 	p.closed = true
 	conns := append([]*serverConn(nil), p.conns...)
@@ -513,6 +528,12 @@ func (s *Server) closePath(p *serverPath) {
 		close(sc.stop)
 		sc.c.id.Disconnect()
 	}
+	return conns, true
+}
+
+// freePath waits for the pollers and in-flight requests of a shut path and
+// frees its connections.
+func (s *Server) freePath(p *serverPath, conns []*serverConn) {
 	for _, sc := range conns {
 		if sc != nil {
 			sc.wg.Wait()
@@ -706,10 +727,17 @@ func (sc *serverConn) onWC(wc *rdma.WC) bool {
 	}
 	switch wc.Opcode {
 	case rdma.WCRecv:
-		if wc.WRID != infoRecvID || sc.c.cid != 0 {
-			return false // a client sends only WRITE-with-IMM on IO paths
+		if sc.c.cid != 0 {
+			return false // a client sends only WRITE-with-IMM on IO connections
 		}
-		return sc.onInfoReq(int(wc.ByteLen))
+		if wc.WRID == infoRecvID {
+			return sc.onInfoReq(int(wc.ByteLen))
+		}
+		if !sc.p.fence || wc.WRID >= uint64(sc.c.nrecv) {
+			return false
+		}
+		sc.rb.Add(wc.WRID, sc.c.recvSGE(int(wc.WRID)))
+		return sc.onFenceReq(sc.c.rbuf[int(wc.WRID)*recvSlot : int(wc.WRID)*recvSlot+min(int(wc.ByteLen), recvSlot)])
 	case rdma.WCRecvRDMAWithImm:
 		sc.p.hbMissed.Store(0)
 		sc.rb.Add(wc.WRID, sc.c.recvSGE(int(wc.WRID)))
@@ -756,6 +784,30 @@ func (sc *serverConn) onInfoReq(n int) bool {
 	sc.sb.Add(rdma.SendWR{Opcode: rdma.WRSend, Flags: rdma.SendSignaled}, sc.c.rmr.SGE(roff, k))
 	_, err = sc.sb.Post(sc.c.qp)
 	return err == nil
+}
+
+// onFenceReq handles a FenceReq on cid 0: the path it names is shut
+// (rtrs.ServerTable.FencePath's rules) before the answer goes out; false
+// closes sc's path.
+func (sc *serverConn) onFenceReq(b []byte) bool {
+	s := sc.p.sess.s
+	var req rtrs.FenceReq
+	if err := req.Unmarshal(b); err != nil {
+		s.logf("path %v: %v", sc.local, err)
+		return false
+	}
+	errno := 0
+	target, err := s.tab.FencePath(sc.p.core, req.SessUUID)
+	switch {
+	case err != nil:
+		errno = -int(errnoOr(err, syscall.EINVAL))
+	case target != nil:
+		tp := target.Owner().(*serverPath)
+		if conns, first := s.shutPath(tp); first {
+			go s.freePath(tp, conns)
+		}
+	}
+	return sc.sendImm(rtrs.FenceRspImm(errno)) == nil
 }
 
 func (sc *serverConn) onImm(imm uint32) bool {

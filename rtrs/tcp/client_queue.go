@@ -36,7 +36,7 @@ type ClientQueue struct {
 	dirty   []*qconn    // connections with frames to write at Flush
 	// unfenced are dead connections whose requests wait for the server
 	// to fence their path (clientPath.fenceLoop) before they go again.
-	unfenced []*qconn
+	unfenced rtrs.Unfenced[*qconn]
 	onCQE    func(*uring.CQE)
 	onMsg    func(qmsg)
 	mbox     *rtrs.Mailbox[qmsg]
@@ -352,7 +352,7 @@ func (q *ClientQueue) handleMsg(m qmsg) {
 	case msgFenced:
 		q.releaseUnfenced(func(qc *qconn) bool { return qc.path == m.path && qc.gen <= m.gen })
 	}
-	if len(q.unfenced) > 0 && !q.c.anyHope() {
+	if q.unfenced.Len() > 0 && !q.c.anyHope() {
 		// No path will carry them again: they fail over to nothing and
 		// end with -ENOTCONN.
 		q.releaseUnfenced(func(*qconn) bool { return true })
@@ -362,19 +362,12 @@ func (q *ClientQueue) handleMsg(m qmsg) {
 // releaseUnfenced lets the requests of the unfenced connections that match
 // go again.
 func (q *ClientQueue) releaseUnfenced(match func(*qconn) bool) {
-	kept := q.unfenced[:0]
-	for _, qc := range q.unfenced {
-		if !match(qc) {
-			kept = append(kept, qc)
-			continue
-		}
+	q.unfenced.Release(match, func(qc *qconn) {
 		qc.unfenced = false
 		if !qc.failOver {
 			q.reqs.FailOver(qc, qc.slot, qc.path.stats)
 		}
-	}
-	clear(q.unfenced[len(kept):])
-	q.unfenced = kept
+	})
 }
 
 func (q *ClientQueue) attachConn(p *clientPath, fd int, gen uint64) {
@@ -632,7 +625,7 @@ func (q *ClientQueue) fail(qc *qconn) {
 	qc.sendq.Clear()
 	if q.c.fencing() && !q.reqs.Closed() && qc.gen > qc.path.fencedGen.Load() {
 		qc.unfenced = true // see qconn.unfenced
-		q.unfenced = append(q.unfenced, qc)
+		q.unfenced.Hold(qc)
 	}
 	if qc.recvOn && qc.direct {
 		qc.failOver = true // when the RECV ends: see qconn.failOver
