@@ -68,10 +68,15 @@
 // session, so a resend, and every later request on its chunk, waits until
 // the stale copy is done. A stale request that the server has read but not
 // started when it sees its path close never starts (ServerPath.Serving).
-// One window stays open: a stale request of a path whose failure the
-// server has not seen yet (the client gave it up, the server's connection
-// still stands) can run after its resend has been answered, as a repeated
-// write.
+// And a client gives a path up only through a fence, where the server
+// offers it (FlagFence, asked for by ConnReq.Fence): it asks the server, on
+// another path, to close the path (FenceReq, ServerTable.FencePath), or
+// connects the path again, before the path's requests go again
+// (Unfenced); so no copy the server still has unread, nor over RDMA a
+// delayed write into its chunks, comes after the resend. With a kernel
+// peer there is no fence, and one window stays open, as in the kernel's
+// RTRS: a stale request of a path whose failure the server has not seen
+// yet can run after its resend has been answered, as a repeated write.
 //
 // # Server sessions
 //

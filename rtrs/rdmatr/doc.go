@@ -87,6 +87,16 @@
 // attempts in a row; then it stays disconnected. With no path left that
 // may come back, waiting requests fail with -ENOTCONN.
 //
+// Between urnbd peers (ConnReq.Fence asked, rtrs.FlagFence answered) a
+// failed path's requests are re-sent only once the server has closed the
+// path: the client sends a FenceReq (a SEND of rtrs.FenceReqSize bytes) on
+// cid 0 of another connected path; the server shuts the named path, whose
+// QPs are then in the error state (no RDMA write of the client lands in
+// the chunks any more), and answers with a zero-length write-with-imm of
+// type rtrs.ImmFenceRsp; or the path connects again, which the server
+// allows only once the old path is gone. A kernel peer neither asks nor
+// answers, and sees the kernel's wire.
+//
 // Paths are managed at run time as with the kernel's sysfs files:
 // Client.AddPath, RemovePath, DisconnectPath, ReconnectPath and
 // SetMaxReconnectAttempts, with the API of package rtrs/tcp. A path that
