@@ -46,7 +46,13 @@ func TestLabHostileIOBeforeEstablishment(t *testing.T) {
 		t.Fatal(err)
 	}
 	const to = 5 * time.Second
-	if err := id.ResolveAddr(netip.AddrPortFrom(cli1, 0), e.addrs[0], to); err != nil {
+	// Another port of the server: a second path of a session may not join
+	// the same addresses (EEXIST).
+	dst, err := e.srv.Listen(netip.AddrPortFrom(srv1, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := id.ResolveAddr(netip.AddrPortFrom(cli1, 0), dst, to); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := expectCM(ch, rdma.EventAddrResolved, to); err != nil {
