@@ -143,7 +143,7 @@ type clientPath struct {
 	// fencedGen is the newest connect of the path that the server is known
 	// to have closed: the queues resend the requests of that connect or an
 	// older one only then (rtrs.Unfenced).
-	fencedGen atomic.Uint64
+	fencedGen rtrs.FencedGen
 	// fenceMu guards fenceQ, the fence requests of other paths for this
 	// path's service loop to send.
 	fenceMu sync.Mutex
@@ -913,14 +913,8 @@ func (p *clientPath) fence(target rtrs.UUID) error {
 // markFenced records that the server has closed p's connects up to gen and
 // lets the queues resend their requests.
 func (p *clientPath) markFenced(gen uint64) {
-	for {
-		old := p.fencedGen.Load()
-		if gen <= old {
-			return
-		}
-		if p.fencedGen.CompareAndSwap(old, gen) {
-			break
-		}
+	if !p.fencedGen.Advance(gen) {
+		return
 	}
 	for _, q := range p.c.queues {
 		q.post(qmsg{kind: msgFenced, path: p, gen: gen})

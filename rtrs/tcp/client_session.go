@@ -116,7 +116,7 @@ type clientPath struct {
 	// fencedGen is the newest connect (connGen) of the path that the
 	// server is known to have closed: the queues resend the requests of
 	// its connections of that connect or older only then.
-	fencedGen atomic.Uint64
+	fencedGen rtrs.FencedGen
 }
 
 // fenceCall is a fence request handed to another path's heartbeat loop.
@@ -662,14 +662,8 @@ func (p *clientPath) fence(target rtrs.UUID) error {
 // markFenced records that the server has closed p's connects up to gen and
 // lets the queues resend their requests.
 func (p *clientPath) markFenced(gen uint64) {
-	for {
-		old := p.fencedGen.Load()
-		if gen <= old {
-			return
-		}
-		if p.fencedGen.CompareAndSwap(old, gen) {
-			break
-		}
+	if !p.fencedGen.Advance(gen) {
+		return
 	}
 	for _, q := range p.c.queues {
 		q.post(qmsg{kind: msgFenced, path: p, gen: gen})
