@@ -80,6 +80,7 @@ func (sess *serverSession) table() []*mapping {
 
 // mapping is one device opened by one session.
 type mapping struct {
+	id      uint32 // in its session's table, for logs
 	exp     *export
 	mode    AccessMode
 	be      *backend
@@ -202,17 +203,22 @@ func (s *Server) session(io *request) *serverSession {
 // server's RTRS session layer.
 func (s *Server) ReleaseSession(rs *rtrs.ServerSession) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	v, ok := s.sessions.LoadAndDelete(rs)
 	if !ok {
+		s.mu.Unlock()
 		return
 	}
 	sess := v.(*serverSession)
 	sess.released = true
+	var closing []*mapping
 	for id, d := range sess.table() {
 		if d != nil {
-			s.closeDevice(sess, uint32(id))
+			closing = append(closing, s.detachDevice(sess, uint32(id)))
 		}
+	}
+	s.mu.Unlock()
+	for _, d := range closing {
+		s.finishClose(sess, d)
 	}
 }
 
@@ -384,39 +390,53 @@ func (s *Server) close(io *request) int {
 		return -int(syscall.EINVAL)
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	v, ok := s.sessions.Load(io.Sess)
 	if !ok {
+		s.mu.Unlock()
 		return 0 // the kernel answers 0 for unknown ids too
 	}
-	s.closeDevice(v.(*serverSession), m.DeviceID)
+	sess := v.(*serverSession)
+	d := s.detachDevice(sess, m.DeviceID)
+	s.mu.Unlock()
+	if d != nil {
+		s.finishClose(sess, d)
+	}
 	return 0
 }
 
-// closeDevice closes device id of sess, if open, after the requests
-// running on it; s.mu is held.
-func (s *Server) closeDevice(sess *serverSession, id uint32) {
+// detachDevice takes device id out of sess's table, if open, so that no
+// request starts on it any more, and returns it; s.mu is held.
+func (s *Server) detachDevice(sess *serverSession, id uint32) *mapping {
 	devs := sess.table()
 	if int(id) >= len(devs) || devs[id] == nil {
-		return
+		return nil
 	}
 	d := devs[id]
 	devs = append([]*mapping(nil), devs...)
 	devs[id] = nil
 	sess.devs.Store(&devs)
-	// Requests already running on the device finish first.
+	d.id = id
 	d.closing.Store(true)
+	return d
+}
+
+// finishClose closes a detached device once the requests running on it
+// are done (without s.mu: other sessions' opens and closes go on
+// meanwhile), and only then gives its export's access back.
+func (s *Server) finishClose(sess *serverSession, d *mapping) {
 	for d.refs.Load() != 0 {
 		time.Sleep(time.Millisecond)
 	}
 	d.be.close()
+	s.mu.Lock()
 	if d.mode != AccessRO {
 		d.exp.writers--
 	}
 	if d.exp.users--; d.exp.users == 0 {
 		delete(s.exports, d.exp.key)
 	}
-	s.logf("rnbd: session %s: closed device %d (%s)", sess.name, id, d.exp.path)
+	s.mu.Unlock()
+	s.logf("rnbd: session %s: closed device %d (%s)", sess.name, d.id, d.exp.path)
 }
 
 // handleIO serves a block request. The device table is read under the lock;

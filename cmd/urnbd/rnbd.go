@@ -92,6 +92,9 @@ func runServer(c *cli.Context) error {
 	var rdmaSrv *rdmatr.Server
 	defer func() {
 		if rdmaSrv != nil {
+			// Sessions released at once when their paths close, so that
+			// their registrations go before the protection domains.
+			tab.Close()
 			rdmaSrv.Close()
 		}
 	}()
@@ -136,8 +139,10 @@ func runServer(c *cli.Context) error {
 	select {
 	case <-sigs:
 		log.Printf("urnbd server: stopping")
+		tab.Close()
 		return rs.Close()
 	case err := <-errs:
+		tab.Close()
 		rs.Close()
 		return err
 	}
