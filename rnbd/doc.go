@@ -30,4 +30,16 @@
 // queues of its own. When the session loses all its paths and gets one
 // back (a server restart), the client reopens its devices before RTRS lets
 // IO go again (reopen.go).
+//
+// # Server
+//
+// A Server is the handler of one or more RTRS servers (TCP, RDMA) that
+// share an rtrs.ServerTable; its state is kept per RTRS session, and
+// ReleaseSession, the table's OnRelease, closes a session's devices when
+// the session goes. An export is opened beneath the search path in one
+// lookup (openat2 RESOLVE_BENEATH, export.go): a symlink swap cannot lead
+// it out, and only regular files and block devices are opened, outside
+// the server's lock. The access rules are the kernel's (one rw mapping of
+// an export, two with migration), and a repeated OPEN gets the device it
+// has only in the same access mode.
 package rnbd

@@ -27,7 +27,10 @@ func serverCommand() *cli.Command {
 		Usage: "export files and block devices under --dev-search-path to RNBD clients",
 		Description: "Runs in the foreground (for systemd: tools/systemd/urnbd-server.service).\n" +
 			"Clients name devices relative to the search path; %SESSNAME% in it is replaced by the\n" +
-			"client's session name. '..' and symbolic links that leave the search path are refused.",
+			"client's session name. Exports are opened beneath the search path (openat2): '..', symbolic\n" +
+			"links that leave it and absolute symbolic links are refused, and only regular files and block\n" +
+			"devices are opened. A session's devices close when its last path has been gone for\n" +
+			"--session-linger.",
 		Flags: []cli.Flag{
 			&cli.StringSliceFlag{Name: "listen", Value: cli.NewStringSlice("tcp://0.0.0.0:1234"), Usage: "`URL` to listen on: rdma://IP:PORT (RDMA CM; the kernel's rnbd uses port 1234) or tcp://ADDR:PORT; repeatable"},
 			&cli.StringFlag{Name: "dev-search-path", Value: "/", Usage: "folder the exported device paths are relative to"},
