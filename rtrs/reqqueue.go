@@ -36,6 +36,7 @@ type QueueSet struct {
 	permits  *Permits
 	starving atomic.Int32 // queues with requests waiting for a permit
 	queues   []*starvation
+	reserve  int // permits kept for the admin queue (SetAdmin): AdminReserve once there is one
 }
 
 // NewQueueSet returns the set of a session with the given permits.
@@ -78,6 +79,7 @@ type RequestQueue[C comparable] struct {
 	waiting ReqList    // requests without a permit or a usable path
 	st      starvation
 	closed  bool
+	admin   bool // may take the last permit (SetAdmin)
 }
 
 // NewRequestQueue returns queue id of set. Make all queues of a session
@@ -88,6 +90,21 @@ func NewRequestQueue[C comparable](set *QueueSet, id int, carrier Carrier[C]) *R
 	q.st.wake = carrier.Wake
 	set.queues = append(set.queues, &q.st)
 	return q
+}
+
+// AdminReserve is how many permits only an admin queue (SetAdmin) may
+// take: with every other permit held by IO that waits (a session that
+// reconnected holds its IO until its devices are reopened, and reopening
+// them takes an admin request), the admin request still gets one.
+const AdminReserve = 1
+
+// SetAdmin makes q the session's admin queue: from now on the other
+// queues leave AdminReserve permits to it. Call it before any queue runs.
+func (q *RequestQueue[C]) SetAdmin() {
+	q.admin = true
+	if q.set.permits.Len() > AdminReserve {
+		q.set.reserve = AdminReserve
+	}
 }
 
 // ID returns the queue's index, which is also its CPU index in the path
@@ -109,6 +126,11 @@ func (q *RequestQueue[C]) Submit(r *Request) {
 func (q *RequestQueue[C]) send(r *Request, skip int) bool {
 	if r.permit < 0 {
 		id, ok := q.set.permits.Get(q.id)
+		if ok && !q.admin && q.set.reserve > 0 && q.set.permits.InUse() > q.set.permits.Len()-q.set.reserve {
+			// The last permits are the admin queue's: give it back.
+			q.set.permits.Put(id)
+			ok = false
+		}
 		if !ok {
 			if !q.st.starved.Swap(true) {
 				q.set.starving.Add(1)

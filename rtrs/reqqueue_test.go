@@ -145,6 +145,39 @@ func TestRequestQueuePermitStarvation(t *testing.T) {
 	}
 }
 
+// The admin queue's permit: IO queues leave the last one to it, so that a
+// session whose IO holds every other permit (waiting for its devices to be
+// reopened) can still send the admin requests that reopen them.
+func TestRequestQueueAdminReserve(t *testing.T) {
+	set := NewQueueSet(NewPermits(3))
+	fio, fadm := newFakeCarrier(1), newFakeCarrier(1)
+	io := NewRequestQueue(set, 0, fio)
+	adm := NewRequestQueue(set, 1, fadm)
+	adm.SetAdmin()
+	d := &doneLog{errnos: map[*Request]int{}}
+	rs := newReqs(4, d)
+	for _, r := range rs[:3] {
+		io.Submit(r)
+	}
+	if len(fio.conns[0].sent) != 2 || rs[2].Permit() >= 0 {
+		t.Fatalf("IO took %d permits (third %d), want 2: the last is the admin queue's", len(fio.conns[0].sent), rs[2].Permit())
+	}
+	adm.Submit(rs[3])
+	if rs[3].Permit() < 0 || len(fadm.conns[0].sent) != 1 {
+		t.Fatal("the admin request did not get the reserved permit")
+	}
+	// Without an admin queue nothing is kept back.
+	set2 := NewQueueSet(NewPermits(2))
+	f2 := newFakeCarrier(1)
+	q2 := NewRequestQueue(set2, 0, f2)
+	for _, r := range newReqs(2, d) {
+		q2.Submit(r)
+	}
+	if len(f2.conns[0].sent) != 2 {
+		t.Fatalf("a session without an admin queue sent %d of 2", len(f2.conns[0].sent))
+	}
+}
+
 func TestRequestQueueFailOver(t *testing.T) {
 	f := newFakeCarrier(2)
 	q := NewRequestQueue(NewQueueSet(NewPermits(8)), 0, f)

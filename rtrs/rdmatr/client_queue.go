@@ -379,7 +379,10 @@ func (qc *qconn) Latency() int64  { return qc.path.Latency() }
 // Unheld marks the queue as one that sends while the session's IO is held
 // after a reconnect (ClientConfig.HoldIOOnReconnect): the queue of the
 // messages that set the session up again. Call it before the queue runs.
-func (q *ClientQueue) Unheld() { q.unheld = true }
+func (q *ClientQueue) Unheld() {
+	q.unheld = true
+	q.reqs.SetAdmin()
+}
 
 // Submit sends r. It never blocks: without a free permit or a usable path
 // the request waits in the queue, and is sent when a permit is returned or

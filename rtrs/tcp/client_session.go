@@ -225,6 +225,7 @@ func DialClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	}
 	if cfg.AdminQueue {
 		c.queues[cfg.Queues].unheld = true
+		c.queues[cfg.Queues].reqs.SetAdmin()
 	}
 	for i, p := range c.paths {
 		c.wg.Add(1)
