@@ -400,20 +400,7 @@ func TestOpenExportSwapRace(t *testing.T) {
 			inside := fileKey(t, filepath.Join(root, "f"))
 			outside := fileKey(t, filepath.Join(out, "secret"))
 
-			var stop atomic.Bool
-			var swaps int
-			var wg sync.WaitGroup
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for !stop.Load() {
-					if err := unix.Renameat2(unix.AT_FDCWD, name, unix.AT_FDCWD, alt, unix.RENAME_EXCHANGE); err != nil {
-						t.Errorf("RENAME_EXCHANGE: %v", err)
-						return
-					}
-					swaps++
-				}
-			}()
+			stopSwapping := swapNames(t, name, alt)
 			var ok, refused, changed int
 			for deadline := time.Now().Add(300 * time.Millisecond); time.Now().Before(deadline); {
 				b, _, err := openExport(root, "s", "name", ok%2 == 0)
@@ -435,8 +422,7 @@ func TestOpenExportSwapRace(t *testing.T) {
 				}
 				ok++
 			}
-			stop.Store(true)
-			wg.Wait()
+			swaps := stopSwapping()
 			t.Logf("%d swaps: %d opens of the inside file, %d refused (%d changed while opening)", swaps, ok, refused, changed)
 			if ok == 0 || refused == 0 {
 				t.Errorf("the race was not exercised: %d opens, %d refusals", ok, refused)
@@ -455,18 +441,7 @@ func TestOpenExportSwapInside(t *testing.T) {
 	writeFile(t, alt, 8192)
 	sizes := map[string]uint64{fileKey(t, name): 4096, fileKey(t, alt): 8192}
 
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for !stop.Load() {
-			if err := unix.Renameat2(unix.AT_FDCWD, name, unix.AT_FDCWD, alt, unix.RENAME_EXCHANGE); err != nil {
-				t.Errorf("RENAME_EXCHANGE: %v", err)
-				return
-			}
-		}
-	}()
+	stopSwapping := swapNames(t, name, alt)
 	var ok, changed int
 	for deadline := time.Now().Add(300 * time.Millisecond); time.Now().Before(deadline); {
 		b, _, err := openExport(root, "s", "name", true)
@@ -484,10 +459,33 @@ func TestOpenExportSwapInside(t *testing.T) {
 		}
 		ok++
 	}
-	stop.Store(true)
-	wg.Wait()
+	stopSwapping()
 	t.Logf("%d opens, %d refused as changed while opening", ok, changed)
 	if ok == 0 {
 		t.Error("no open succeeded")
+	}
+}
+
+// swapNames exchanges two names (RENAME_EXCHANGE) in a loop until the
+// returned function is called, which returns the number of swaps.
+func swapNames(t *testing.T, a, b string) (stop func() int) {
+	var done atomic.Bool
+	var swaps int
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for !done.Load() {
+			if err := unix.Renameat2(unix.AT_FDCWD, a, unix.AT_FDCWD, b, unix.RENAME_EXCHANGE); err != nil {
+				t.Errorf("RENAME_EXCHANGE: %v", err)
+				return
+			}
+			swaps++
+		}
+	}()
+	return func() int {
+		done.Store(true)
+		wg.Wait()
+		return swaps
 	}
 }
