@@ -3,6 +3,7 @@ package rtrs
 import (
 	"errors"
 	"fmt"
+	"syscall"
 )
 
 // Sentinel errors of the wire codecs. Every error returned by a decoder or
@@ -40,4 +41,14 @@ func errTruncated(msg string, have, want int) error {
 
 func errShortBuffer(msg string, have, want int) error {
 	return wireErr(ErrShortBuffer, msg, "buffer has %d bytes, need %d", have, want)
+}
+
+// ErrnoOr returns the errno err wraps, or def: the errno a refusal answers
+// a peer with.
+func ErrnoOr(err error, def syscall.Errno) syscall.Errno {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return errno
+	}
+	return def
 }

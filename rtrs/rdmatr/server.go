@@ -78,6 +78,7 @@ type ServerIO struct {
 // with the configured Handler, one goroutine per connection.
 type Server struct {
 	cfg   ServerConfig
+	codec rtrs.ImmCodec // immediates of the configured queue depth and chunk size
 	tab   *rtrs.ServerTable
 	owned bool // tab is the server's own
 	ch    *rdma.EventChannel
@@ -164,6 +165,10 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.MaxHdrSize >= cfg.ChunkSize {
 		return nil, fmt.Errorf("rtrs/rdmatr: max_hdr_size %d >= chunk size %d: %w", cfg.MaxHdrSize, cfg.ChunkSize, rtrs.ErrOutOfRange)
 	}
+	codec, err := rtrs.NewImmCodec(cfg.QueueDepth, cfg.ChunkSize)
+	if err != nil {
+		return nil, fmt.Errorf("rtrs/rdmatr: %w", err)
+	}
 	ch, err := rdma.NewEventChannel()
 	if err != nil {
 		return nil, err
@@ -172,7 +177,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		ch.Close()
 		return nil, err
 	}
-	s := &Server{cfg: cfg, tab: cfg.Sessions, ch: ch, quit: make(chan struct{}),
+	s := &Server{cfg: cfg, codec: codec, tab: cfg.Sessions, ch: ch, quit: make(chan struct{}),
 		sess: map[*rtrs.ServerSession]*serverSession{}, paths: map[*serverPath]struct{}{},
 		conns: map[*rdma.CMID]*serverConn{}, pds: map[rdma.Context]*rdma.PD{}}
 	if s.tab == nil {
@@ -341,7 +346,7 @@ func (s *Server) onConnectRequest(ev *rdma.Event) {
 	src, dst := id.PeerAddr(), id.LocalAddr()
 	slot, err := s.tab.Admit(src.Addr())
 	if err != nil {
-		s.reject(id, errnoOr(err, syscall.EBUSY))
+		s.reject(id, rtrs.ErrnoOr(err, syscall.EBUSY))
 		return
 	}
 	// The handshake is this one event: accepted or refused here.
@@ -361,7 +366,7 @@ func (s *Server) onConnectRequest(ev *rdma.Event) {
 	if err != nil {
 		slot.Close()
 		s.logf("connection from %v refused: %v", src, err)
-		s.reject(id, errnoOr(err, syscall.ECONNRESET))
+		s.reject(id, rtrs.ErrnoOr(err, syscall.ECONNRESET))
 		return
 	}
 	p := core.Owner().(*serverPath)
@@ -419,15 +424,6 @@ func (s *Server) session(core *rtrs.ServerSession) *serverSession {
 		delete(s.sess, core)
 	})
 	return ss
-}
-
-// errnoOr returns the errno err wraps, or def.
-func errnoOr(err error, def syscall.Errno) syscall.Errno {
-	var errno syscall.Errno
-	if errors.As(err, &errno) {
-		return errno
-	}
-	return def
 }
 
 // newServerConn creates the connection's verbs resources, registers the
@@ -800,7 +796,7 @@ func (sc *serverConn) onFenceReq(b []byte) bool {
 	target, err := s.tab.FencePath(sc.p.core, req.SessUUID)
 	switch {
 	case err != nil:
-		errno = -int(errnoOr(err, syscall.EINVAL))
+		errno = -int(rtrs.ErrnoOr(err, syscall.EINVAL))
 	case target != nil:
 		tp := target.Owner().(*serverPath)
 		if conns, first := s.shutPath(tp); first {
@@ -829,8 +825,7 @@ func (sc *serverConn) onImm(imm uint32) bool {
 		}
 		return false
 	}
-	codec, _ := rtrs.NewImmCodec(s.cfg.QueueDepth, s.cfg.ChunkSize)
-	m, err := codec.Decode(imm)
+	m, err := s.codec.Decode(imm)
 	if err != nil || m.Type != rtrs.ImmIOReq {
 		return false
 	}

@@ -219,7 +219,7 @@ func (s *Server) handshake(nc net.Conn) (*ServerConn, error) {
 		// The client waits for a ConnRsp after its ConnReq: answer it at
 		// once, and read what came only briefly (closing with unread data
 		// would reset the connection before the answer is read).
-		err = s.reject(cc, errnoOr(err, syscall.EBUSY), err)
+		err = s.reject(cc, rtrs.ErrnoOr(err, syscall.EBUSY), err)
 		_ = nc.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
 		var drain [HeaderSize + rtrs.ConnReqSize]byte
 		_, _ = nc.Read(drain[:])
@@ -241,7 +241,7 @@ func (s *Server) handshake(nc net.Conn) (*ServerConn, error) {
 	})
 	if err != nil {
 		slot.Close()
-		return nil, s.reject(cc, errnoOr(err, syscall.ECONNRESET), err)
+		return nil, s.reject(cc, rtrs.ErrnoOr(err, syscall.ECONNRESET), err)
 	}
 	p := core.Owner().(*serverPath)
 	c.path = p
@@ -277,15 +277,6 @@ func (s *Server) handshake(nc net.Conn) (*ServerConn, error) {
 	}
 	slot.HandshakeDone()
 	return c, nil
-}
-
-// errnoOr returns the errno err wraps, or def.
-func errnoOr(err error, def syscall.Errno) syscall.Errno {
-	var errno syscall.Errno
-	if errors.As(err, &errno) {
-		return errno
-	}
-	return def
 }
 
 // info handles INFO_REQ on cid 0 and answers INFO_RSP.

@@ -304,7 +304,7 @@ func (s *Server) fence(c *ServerConn, b []byte) bool {
 	target, err := s.tab.FencePath(c.path.core, req.SessUUID)
 	switch {
 	case err != nil:
-		rsp.Errno = -int16(errnoOr(err, syscall.EINVAL))
+		rsp.Errno = -int16(rtrs.ErrnoOr(err, syscall.EINVAL))
 	case target != nil:
 		target.Owner().ClosePath()
 	}
