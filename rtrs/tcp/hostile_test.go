@@ -276,7 +276,10 @@ func TestHostileSessionAndMemoryLimits(t *testing.T) {
 			}
 			// One goes; its room is free again once it is released.
 			paths[0].Close()
-			waitFor(t, "a session released", func() bool { return tab.Sessions() == 2 })
+			waitFor(t, "a session released, its pool unmapped", func() bool {
+				held, _ := tab.Memory()
+				return tab.Sessions() == 2 && held <= 2*pool
+			})
 			p, err := DialPath(context.Background(), pathCfg(addrs[0], 4, 40, 2, true))
 			mustNoErr(t, err)
 			p.Close()
