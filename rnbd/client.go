@@ -12,8 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/urnbd/urnbd/rtrs/rdmatr"
-	"github.com/urnbd/urnbd/rtrs/tcp"
+	"github.com/urnbd/urnbd/rtrs"
 	"github.com/urnbd/urnbd/ublk"
 )
 
@@ -21,7 +20,7 @@ import (
 // whose per-CPU queues carry block requests and whose admin queue carries
 // session info, open and close.
 type Client struct {
-	t   transport
+	t   *transport
 	ver uint8
 
 	mu   sync.Mutex
@@ -75,7 +74,7 @@ func applyDialOptions(opts []DialOption) (dialOptions, error) {
 }
 
 // DialTCP opens an RNBD session over RTRS/TCP and exchanges session info.
-func DialTCP(ctx context.Context, cfg tcp.ClientConfig, opts ...DialOption) (*Client, error) {
+func DialTCP(ctx context.Context, cfg rtrs.ClientConfig, opts ...DialOption) (*Client, error) {
 	o, err := applyDialOptions(opts)
 	if err != nil {
 		return nil, err
@@ -89,9 +88,9 @@ func DialTCP(ctx context.Context, cfg tcp.ClientConfig, opts ...DialOption) (*Cl
 }
 
 // DialRDMA opens an RNBD session over RTRS/RDMA and exchanges session
-// info. The session registers the memory its devices' buffers come from
-// (cfg.Region is ignored); its devices have a depth of at most 128.
-func DialRDMA(ctx context.Context, cfg rdmatr.ClientConfig, opts ...DialOption) (*Client, error) {
+// info. The session registers the memory its devices' buffers come from;
+// its devices have a depth of at most 128.
+func DialRDMA(ctx context.Context, cfg rtrs.ClientConfig, opts ...DialOption) (*Client, error) {
 	o, err := applyDialOptions(opts)
 	if err != nil {
 		return nil, err

@@ -18,7 +18,7 @@ type target struct{ d *Device }
 type queue struct {
 	d   *Device
 	uq  *ublk.Queue
-	rq  transportQueue
+	rq  *blockQueue
 	buf [][]byte // each tag's data, for the completion's byte count
 	usr [][IOSize]byte
 	cqe uring.CQE
@@ -26,7 +26,7 @@ type queue struct {
 
 func (t *target) NewQueue(uq *ublk.Queue) (ublk.QueueHandler, error) {
 	q := &queue{d: t.d, uq: uq, buf: make([][]byte, uq.Depth()), usr: make([][IOSize]byte, uq.Depth())}
-	q.rq = t.d.c.t.queue(t.d.block, int(uq.ID()), unix.Gettid(), uq.Ring(), ublk.TargetUserData(0), uq.Depth(), q.done)
+	q.rq = t.d.c.t.blockQueue(t.d.block, int(uq.ID()), unix.Gettid(), uq.Ring(), ublk.TargetUserData(0), uq.Depth(), q.done)
 	t.d.mu.Lock()
 	t.d.queues = append(t.d.queues, q)
 	t.d.mu.Unlock()
@@ -99,8 +99,8 @@ func (q *queue) done(tag uint16, errno int) {
 
 func (q *queue) OnCompletion(ud uint64, res int32, flags uint32) {
 	q.cqe = uring.CQE{UserData: ud, Res: res, Flags: flags}
-	q.rq.handleCQE(&q.cqe)
+	q.rq.q.HandleCQE(&q.cqe)
 }
 
-func (q *queue) Flush()       { q.rq.flush() }
-func (q *queue) Close() error { q.rq.detach(); return nil }
+func (q *queue) Flush()       { q.rq.q.Flush() }
+func (q *queue) Close() error { q.rq.q.Detach(); return nil }

@@ -114,7 +114,7 @@ func (d *Device) reopen(ctx context.Context) error {
 	}
 	for _, q := range d.queues {
 		done := make(chan struct{})
-		q.rq.do(func() { q.setDeviceID(id); close(done) })
+		q.rq.q.Do(func() { q.setDeviceID(id); close(done) })
 		select {
 		case <-done:
 		case <-ctx.Done():

@@ -98,8 +98,8 @@ func (tc *testClient) call(msg marshaler, write bool, data []byte) int {
 func (tc *testClient) raw(usr []byte, write bool, data []byte) int {
 	done := make(chan int, 1)
 	r := &tcp.Request{Write: write, Usr: usr, Data: data, Done: func(_ *tcp.Request, e int) { done <- e }}
-	tc.q.Do(func(q *tcp.ClientQueue) {
-		if err := q.Submit(r); err != nil {
+	tc.q.Do(func() {
+		if err := tc.q.Submit(r); err != nil {
 			done <- -int(syscall.EINVAL)
 		}
 	})

@@ -408,9 +408,22 @@ func TestCheckClientSession(t *testing.T) {
 	if err := CheckClientSession("", 1, 2, 0); err == nil {
 		t.Error("empty session name accepted")
 	}
-	d := ClientTimers{Timeout: time.Second}.WithDefaults()
+	d, err := ClientConfig{SessName: "s", Paths: make([]PathAddr, 1), Queues: 3, AdminQueue: true, Timeout: time.Second}.Checked()
+	mustNoErr(t, err)
 	if d.Timeout != time.Second || d.ReconnectDelay != ReconnectBackoff || d.HeartbeatInterval != HBInterval || d.MissedHeartbeats != HBMissedMax {
 		t.Errorf("defaults %+v", d)
+	}
+	if d.NumQueues() != 4 || d.CIDNum() != 5 {
+		t.Errorf("3 queues and the admin queue: %d queues, %d cids; want 4, 5", d.NumQueues(), d.CIDNum())
+	}
+	for _, bad := range []ClientConfig{
+		{SessName: "s", Paths: make([]PathAddr, 1), Queues: -1},
+		{SessName: "s", Paths: make([]PathAddr, 1), Timeout: -time.Second},
+		{SessName: "s", Paths: make([]PathAddr, 1), Queues: MaxConnsPerPath},
+	} {
+		if _, err := bad.Checked(); !errors.Is(err, syscall.EINVAL) {
+			t.Errorf("%+v: %v, want EINVAL", bad, err)
+		}
 	}
 }
 

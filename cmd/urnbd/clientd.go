@@ -423,7 +423,7 @@ func (d *clientDaemon) sessionFor(ctx context.Context, rec *deviceRecord) (*daem
 	var err error
 	switch spec.Transport {
 	case "rdma":
-		cfg := rdmatr.ClientConfig{SessName: spec.SessName, Queues: rec.Queues, Policy: rtrs.MinInflight, MaxReconnectAttempts: -1}
+		cfg := rtrs.ClientConfig{SessName: spec.SessName, Queues: rec.Queues, Policy: rtrs.MinInflight, MaxReconnectAttempts: -1}
 		for _, p := range spec.Paths {
 			cfg.Paths = append(cfg.Paths, rdmatr.PathAddr{Src: p.Src, Dst: net.JoinHostPort(p.Dst, strconv.Itoa(p.Port))})
 		}

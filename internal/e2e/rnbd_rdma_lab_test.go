@@ -47,7 +47,7 @@ func TestLabRNBDOverRDMATwoPaths(t *testing.T) {
 	defer cancel()
 	var leaked atomic.Bool
 	pinned0 := vmPin(t)
-	c, err := rnbd.DialRDMA(ctx, rdmatr.ClientConfig{SessName: "e2e-rdma", Queues: 2, Policy: rtrs.RoundRobin,
+	c, err := rnbd.DialRDMA(ctx, rtrs.ClientConfig{SessName: "e2e-rdma", Queues: 2, Policy: rtrs.RoundRobin,
 		Paths:                []rdmatr.PathAddr{{Src: "192.0.2.1", Dst: "192.0.2.2:1240"}, {Src: "198.51.100.1", Dst: "198.51.100.2:1240"}},
 		MaxReconnectAttempts: -1, ReconnectDelay: 500 * time.Millisecond, HeartbeatInterval: 500 * time.Millisecond,
 		MissedHeartbeats: 3, Timeout: 5 * time.Second, Logf: func(format string, args ...any) {
@@ -201,7 +201,7 @@ func TestLabRNBDOverRDMAServerRestart(t *testing.T) {
 	defer func() { stop() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := rnbd.DialRDMA(ctx, rdmatr.ClientConfig{SessName: "e2e-restart", Queues: 2,
+	c, err := rnbd.DialRDMA(ctx, rtrs.ClientConfig{SessName: "e2e-restart", Queues: 2,
 		Paths:                []rdmatr.PathAddr{{Src: "192.0.2.1", Dst: addr}},
 		MaxReconnectAttempts: -1, ReconnectDelay: 500 * time.Millisecond, HeartbeatInterval: 500 * time.Millisecond,
 		MissedHeartbeats: 3, Timeout: 5 * time.Second, Logf: t.Logf})

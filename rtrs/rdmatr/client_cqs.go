@@ -19,12 +19,9 @@ type CQInfo struct {
 // path: one per connection, the service connection's first. A path that
 // reconnects gets new CQs (new handles); a path that is down has none.
 func (c *Client) CompletionQueues() []CQInfo {
-	c.mu.Lock()
-	paths := append([]*clientPath(nil), c.paths...)
-	c.mu.Unlock()
 	var out []CQInfo
-	for _, p := range paths {
-		if pc := p.live.Load(); pc != nil {
+	for i := range c.live {
+		if pc := c.live[i].Load(); pc != nil {
 			out = append(out, pc.cqs...)
 		}
 	}
@@ -35,11 +32,11 @@ func (c *Client) CompletionQueues() []CQInfo {
 // CompletionQueues reads the copy, never the CQs, so it may run while the
 // path goroutine frees them.
 func (pc *pathConns) cqInfos() []CQInfo {
-	p := pc.p
+	idx, addr := pc.p.Index(), pc.p.Addr().String()
 	out := make([]CQInfo, 0, 1+len(pc.io))
-	out = append(out, CQInfo{Path: p.idx, PathAddr: p.addr.String(), Queue: -1, UserHandle: pc.svc.cq.UserHandle()})
+	out = append(out, CQInfo{Path: idx, PathAddr: addr, Queue: -1, UserHandle: pc.svc.cq.UserHandle()})
 	for i, cn := range pc.io {
-		out = append(out, CQInfo{Path: p.idx, PathAddr: p.addr.String(), Queue: i, UserHandle: cn.cq.UserHandle()})
+		out = append(out, CQInfo{Path: idx, PathAddr: addr, Queue: i, UserHandle: cn.cq.UserHandle()})
 	}
 	return out
 }

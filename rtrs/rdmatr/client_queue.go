@@ -12,6 +12,7 @@ import (
 	"github.com/urnbd/urnbd/internal/procs"
 	"github.com/urnbd/urnbd/rdma"
 	"github.com/urnbd/urnbd/rtrs"
+	"github.com/urnbd/urnbd/rtrs/internal/session"
 	"github.com/urnbd/urnbd/uring"
 )
 
@@ -34,7 +35,7 @@ type ClientQueue struct {
 	udBase uint64
 	policy rtrs.MPPolicy
 	rr     int
-	unheld bool // sends while the session's IO is held (Unheld)
+	unheld bool // the admin queue: sends while the session's IO is held
 
 	slots []*qconn // by path index
 	reqs  *rtrs.RequestQueue[*qconn]
@@ -44,7 +45,7 @@ type ClientQueue struct {
 	onMsg func(qmsg)
 	mbox  *rtrs.Mailbox[qmsg]
 	// unfenced are dead connections whose requests wait for the server
-	// to fence their path (clientPath.fenceLoop) before they go again.
+	// to fence their path (the session layer's fence) before they go again.
 	unfenced rtrs.Unfenced[*qconn]
 
 	started atomic.Bool
@@ -68,19 +69,19 @@ const (
 
 type qmsg struct {
 	kind   qmsgKind
-	path   *clientPath // msgFenced
-	gen    uint64      // msgFenced
+	path   *session.Path // msgFenced
+	gen    uint64        // msgFenced
 	pc     *pathConns
 	cn     *conn
 	policy rtrs.MPPolicy
-	do     func(*ClientQueue)
+	do     func()
 }
 
 // qconn is a queue's IO connection on one path.
 type qconn struct {
 	q      *ClientQueue
 	pc     *pathConns
-	path   *clientPath
+	path   *session.Path
 	cn     *conn
 	slot   int
 	sb     *rdma.SendBatch
@@ -105,12 +106,12 @@ const (
 	udKind   = 0xf << 56
 )
 
-func newClientQueue(c *Client, id int) (*ClientQueue, error) {
+func newClientQueue(c *Client, id int, policy rtrs.MPPolicy) (*ClientQueue, error) {
 	mbox, err := rtrs.NewMailbox[qmsg]()
 	if err != nil {
 		return nil, fmt.Errorf("rtrs/rdmatr client queue %d: %w", id, err)
 	}
-	q := &ClientQueue{c: c, id: id, policy: c.cfg.Policy, mbox: mbox, exited: make(chan struct{}),
+	q := &ClientQueue{c: c, id: id, policy: policy, mbox: mbox, exited: make(chan struct{}),
 		wcs: make([]rdma.WC, 64)}
 	q.reqs = rtrs.NewRequestQueue(c.queueSet, id, carrier{q})
 	q.onCQE = q.HandleCQE
@@ -123,7 +124,7 @@ type carrier struct{ q *ClientQueue }
 
 func (k carrier) Pick(skip int) (*qconn, bool) {
 	q := k.q
-	if !q.unheld && q.c.link.Held() {
+	if !q.unheld && q.c.s.Link().Held() {
 		return nil, false // ResumeIO wakes the queue
 	}
 	i := rtrs.Select(q.policy, q.slots, &q.rr, skip)
@@ -146,7 +147,7 @@ func (k carrier) Send(r *Request, qc *qconn) error {
 		}
 		return err
 	}
-	qc.path.stats.IncInflight()
+	qc.path.Stats().IncInflight()
 	if !qc.dirty {
 		qc.dirty = true
 		q.dirty = append(q.dirty, qc)
@@ -158,7 +159,7 @@ func (k carrier) Send(r *Request, qc *qconn) error {
 }
 
 func (k carrier) Wake()      { k.q.mbox.Post(qmsg{kind: msgRetry}) }
-func (k carrier) Hope() bool { return k.q.c.anyHope() }
+func (k carrier) Hope() bool { return k.q.c.s.AnyHope() }
 
 // ID returns the queue's index.
 func (q *ClientQueue) ID() int { return q.id }
@@ -166,7 +167,7 @@ func (q *ClientQueue) ID() int { return q.id }
 // Run runs the queue's event loop on the calling goroutine, locked to its
 // OS thread, with its own io_uring. start is called once on the thread
 // before the loop; Run returns when the client is closed.
-func (q *ClientQueue) Run(start func(q *ClientQueue)) error {
+func (q *ClientQueue) Run(start func()) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	defer procs.AddBlockingThread()() // the loop sleeps in io_uring_enter holding a P
@@ -183,7 +184,7 @@ func (q *ClientQueue) Run(start func(q *ClientQueue)) error {
 	q.Attach(ring, 0)
 	defer q.Detach()
 	if start != nil {
-		start(q)
+		start()
 	}
 	var y procs.Yielder
 	for !q.reqs.Closed() || q.busy() {
@@ -288,7 +289,7 @@ func (q *ClientQueue) post(m qmsg) { q.mbox.Post(m) }
 
 // Do runs fn on the queue's thread, soon. It may be called from any
 // goroutine; it is for control work, not for each request.
-func (q *ClientQueue) Do(fn func(*ClientQueue)) { q.post(qmsg{kind: msgDo, do: fn}) }
+func (q *ClientQueue) Do(fn func()) { q.post(qmsg{kind: msgDo, do: fn}) }
 
 // HandleCQE handles a completion of one of the queue's entries.
 func (q *ClientQueue) HandleCQE(cqe *uring.CQE) {
@@ -314,7 +315,7 @@ func (q *ClientQueue) handleMsg(m qmsg) {
 	case msgAttach:
 		q.attachConn(m.pc, m.cn)
 	case msgDetach:
-		if i := m.pc.p.idx; i < len(q.slots) {
+		if i := m.pc.p.Index(); i < len(q.slots) {
 			if qc := q.slots[i]; qc != nil && qc.pc == m.pc {
 				q.fail(qc, "detached")
 			}
@@ -322,7 +323,7 @@ func (q *ClientQueue) handleMsg(m qmsg) {
 	case msgPolicy:
 		q.policy = m.policy
 	case msgDo:
-		m.do(q)
+		m.do()
 	case msgClose:
 		q.reqs.Close()
 		for _, qc := range q.slots {
@@ -334,7 +335,7 @@ func (q *ClientQueue) handleMsg(m qmsg) {
 	case msgFenced:
 		q.releaseUnfenced(func(qc *qconn) bool { return qc.path == m.path && qc.pc.gen <= m.gen })
 	}
-	if q.unfenced.Len() > 0 && !q.c.anyHope() {
+	if q.unfenced.Len() > 0 && !q.c.s.AnyHope() {
 		// No path will carry them again: they fail over to nothing and
 		// end with -ENOTCONN.
 		q.releaseUnfenced(func(*qconn) bool { return true })
@@ -344,11 +345,11 @@ func (q *ClientQueue) handleMsg(m qmsg) {
 // releaseUnfenced lets the requests of the unfenced connections that match
 // go again.
 func (q *ClientQueue) releaseUnfenced(match func(*qconn) bool) {
-	q.unfenced.Release(match, func(qc *qconn) { q.reqs.FailOver(qc, qc.slot, qc.path.stats) })
+	q.unfenced.Release(match, func(qc *qconn) { q.reqs.FailOver(qc, qc.slot, qc.path.Stats()) })
 }
 
 func (q *ClientQueue) attachConn(pc *pathConns, cn *conn) {
-	idx := pc.p.idx
+	idx := pc.p.Index()
 	for len(q.slots) <= idx {
 		q.slots = append(q.slots, nil)
 	}
@@ -375,14 +376,6 @@ func (q *ClientQueue) attachConn(pc *pathConns, cn *conn) {
 func (qc *qconn) Usable() bool    { return qc != nil && !qc.dead && qc.path.Usable() }
 func (qc *qconn) Inflight() int64 { return qc.path.Inflight() }
 func (qc *qconn) Latency() int64  { return qc.path.Latency() }
-
-// Unheld marks the queue as one that sends while the session's IO is held
-// after a reconnect (ClientConfig.HoldIOOnReconnect): the queue of the
-// messages that set the session up again. Call it before the queue runs.
-func (q *ClientQueue) Unheld() {
-	q.unheld = true
-	q.reqs.SetAdmin()
-}
 
 // Submit sends r. It never blocks: without a free permit or a usable path
 // the request waits in the queue, and is sent when a permit is returned or
@@ -420,7 +413,7 @@ func (q *ClientQueue) addWR(qc *qconn, r *Request) error {
 		// Registered on every set that existed when the part was, and on
 		// each made since, unless the set was failing then.
 		if mr = pc.partMR[part]; mr == nil {
-			return fmt.Errorf("region part %d on path %v: %w", part, pc.p.addr, errPartUnregistered)
+			return fmt.Errorf("region part %d on path %v: %w", part, pc.p.Addr(), errPartUnregistered)
 		}
 	}
 	buf := c.hdr[id*hs : (id+1)*hs]
@@ -539,7 +532,7 @@ func (q *ClientQueue) pollConn(qc *qconn) {
 		}
 	}
 	if total > 0 {
-		qc.path.stats.RecordPoll(q.id, total)
+		qc.path.Stats().RecordPoll(q.id, total)
 	}
 	if qc.dead || qc.rb.Len() == 0 {
 		return
@@ -558,7 +551,7 @@ func (q *ClientQueue) onWC(qc *qconn, wc *rdma.WC) {
 	if qc.dead || wc.Opcode&rdma.WCRecv == 0 {
 		return // send completions
 	}
-	qc.path.hbMissed.Store(0)
+	qc.path.Alive()
 	slot := int(wc.WRID)
 	qc.rb.Add(wc.WRID, qc.cn.recvSGE(slot))
 	if !wc.HasImm() {
@@ -585,7 +578,7 @@ func (q *ClientQueue) onWC(qc *qconn, wc *rdma.WC) {
 	if r == nil || via != qc {
 		return // an answer on a path we already failed over from
 	}
-	q.reqs.Complete(r, m.Errno, qc.path.stats)
+	q.reqs.Complete(r, m.Errno, qc.path.Stats())
 }
 
 // fail takes a connection out of service: its requests fail over to
@@ -598,11 +591,11 @@ func (q *ClientQueue) fail(qc *qconn, why string) {
 	qc.dead = true
 	qc.sb.Reset()
 	qc.pc.fail("queue %d: %s", q.id, why)
-	if q.c.fencing() && !q.reqs.Closed() && qc.pc.gen > qc.path.fencedGen.Load() {
+	if q.c.s.Fencing() && !q.reqs.Closed() && qc.pc.gen > qc.path.FencedGen() {
 		// The server may still have these requests unread on this path.
 		q.unfenced.Hold(qc)
 	} else {
-		q.reqs.FailOver(qc, qc.slot, qc.path.stats)
+		q.reqs.FailOver(qc, qc.slot, qc.path.Stats())
 	}
 	if qc.pollOn {
 		q.sqe().PrepPollRemove(q.udBase|udPoll|uint64(qc.slot), q.udBase|udCancel)
@@ -623,3 +616,5 @@ func (q *ClientQueue) reap(qc *qconn) {
 	}
 	qc.pc.release(q.id)
 }
+
+var _ rtrs.Queue = (*ClientQueue)(nil)

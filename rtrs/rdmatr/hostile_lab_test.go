@@ -25,7 +25,7 @@ import (
 // for new connections.)
 func TestLabHostileIOBeforeEstablishment(t *testing.T) {
 	e := startLabIdle(t, 1, 1, 1, 1, time.Second) // one session, its queue idle
-	pc := e.cl.paths[0].live.Load()
+	pc := e.cl.live[0].Load()
 	if pc == nil {
 		t.Fatal("the session's path is not live")
 	}
@@ -74,7 +74,7 @@ func TestLabHostileIOBeforeEstablishment(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cn.destroy(true)
-	req := rtrs.ConnReq{CID: 1, CIDNum: 2, SessUUID: rtrs.UUID{0xEE, 0xEE}, PathsUUID: e.cl.pathsUUID, FirstConn: true}
+	req := rtrs.ConnReq{CID: 1, CIDNum: 2, SessUUID: rtrs.UUID{0xEE, 0xEE}, PathsUUID: e.cl.s.PathsUUID(), FirstConn: true}
 	var b [rtrs.ConnReqSize]byte
 	req.MarshalTo(b[:])
 	if err := id.Connect(rdma.ConnParam{PrivateData: b[:], RetryCount: 7, RNRRetryCount: 7}); err != nil {
@@ -173,9 +173,10 @@ func TestLabHostileStaleWriteAfterPartition(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl, err := DialClient(ctx, ClientConfig{SessName: "partition", Paths: []PathAddr{{Src: cli1.String(), Dst: a1.String()}},
-		Queues: 1, Policy: rtrs.RoundRobin, RegionSize: 4 * blockSz, ReconnectDelay: 200 * time.Millisecond,
-		MaxReconnectAttempts: -1, HeartbeatInterval: 100 * time.Millisecond, MissedHeartbeats: 3, Timeout: 5 * time.Second, Logf: t.Logf})
+	cl, err := DialClient(ctx, ClientConfig{ClientConfig: rtrs.ClientConfig{SessName: "partition", Paths: []PathAddr{{Src: cli1.String(), Dst: a1.String()}},
+		Queues: 1, Policy: rtrs.RoundRobin, ReconnectDelay: 200 * time.Millisecond,
+		MaxReconnectAttempts: -1, HeartbeatInterval: 100 * time.Millisecond, MissedHeartbeats: 3, Timeout: 5 * time.Second, Logf: t.Logf},
+		RegionSize: 4 * blockSz})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +194,7 @@ func TestLabHostileStaleWriteAfterPartition(t *testing.T) {
 		got := make(chan int, 1)
 		var usr [8]byte // byte 0 of the backend
 		r := &Request{Write: true, Usr: usr[:], Data: data, Done: func(_ *Request, errno int) { got <- errno }}
-		cl.Queue(0).Do(func(q *ClientQueue) {
+		onQueue(cl.Queue(0), func(q *ClientQueue) {
 			if err := q.Submit(r); err != nil {
 				got <- -int(syscall.EINVAL)
 			}

@@ -260,9 +260,9 @@ func startLabEnv(t *testing.T, e *labEnv, paths int, queues, slotsPerQueue int, 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	e.cl, err = DialClient(ctx, ClientConfig{SessName: "labsess", Paths: pa, Queues: queues, Policy: rtrs.RoundRobin,
-		RegionSize: queues * slotsPerQueue * blockSz, RegionPartSize: e.partSize, ReconnectDelay: 200 * time.Millisecond, MaxReconnectAttempts: -1,
-		HeartbeatInterval: hb, Timeout: 10 * time.Second, Logf: t.Logf})
+	e.cl, err = DialClient(ctx, ClientConfig{ClientConfig: rtrs.ClientConfig{SessName: "labsess", Paths: pa, Queues: queues, Policy: rtrs.RoundRobin,
+		ReconnectDelay: 200 * time.Millisecond, MaxReconnectAttempts: -1, HeartbeatInterval: hb, Timeout: 10 * time.Second, Logf: t.Logf},
+		RegionSize: queues * slotsPerQueue * blockSz, RegionPartSize: e.partSize})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,7 +319,7 @@ func (e *labEnv) run(d *driver) {
 		}
 	}
 	go func() {
-		e.runErr <- d.q.Run(func(q *ClientQueue) {
+		e.runErr <- d.q.Run(func() {
 			for _, s := range d.slots {
 				s.next()
 			}
@@ -421,7 +421,7 @@ func TestLabRegionParts(t *testing.T) {
 
 	part1 := e.drivers[1].slots[0].buf
 	got := make(chan error, 1)
-	e.cl.Queue(0).Do(func(q *ClientQueue) {
+	onQueue(e.cl.Queue(0), func(q *ClientQueue) {
 		got <- q.Submit(&Request{Write: true, Usr: make([]byte, 8), Data: part1, Done: func(*Request, int) {}})
 	})
 	if err := <-got; !errors.Is(err, syscall.EINVAL) {
@@ -564,7 +564,7 @@ func (e *labEnv) submit(t *testing.T) <-chan int {
 	got := make(chan int, 1)
 	var usr [8]byte
 	r := &Request{Write: true, Usr: usr[:], Data: e.cl.Region()[:blockSz], Done: func(_ *Request, errno int) { got <- errno }}
-	e.cl.Queue(0).Do(func(q *ClientQueue) {
+	onQueue(e.cl.Queue(0), func(q *ClientQueue) {
 		if err := q.Submit(r); err != nil {
 			t.Errorf("Submit: %v", err)
 			got <- -int(syscall.EINVAL)
@@ -1006,3 +1006,6 @@ func TestLabCloseUnderLoad(t *testing.T) {
 		}
 	}
 }
+
+// onQueue runs fn on q's thread, soon (ClientQueue.Do).
+func onQueue(q *ClientQueue, fn func(q *ClientQueue)) { q.Do(func() { fn(q) }) }

@@ -89,7 +89,7 @@ func (c *Client) registerPart(pc *pathConns, k int) error {
 	part := c.region[k*c.partSize : min((k+1)*c.partSize, len(c.region))]
 	mr, err := pc.pd.RegMR(part, regionAccess)
 	if err != nil {
-		return fmt.Errorf("rtrs/rdmatr: register region part %d (%d bytes) on path %v: %w", k, len(part), pc.p.addr, err)
+		return fmt.Errorf("rtrs/rdmatr: register region part %d (%d bytes) on path %v: %w", k, len(part), pc.p.Addr(), err)
 	}
 	pc.partMR[k] = mr
 	return nil

@@ -55,15 +55,6 @@ func TestRegionPart(t *testing.T) {
 	}
 }
 
-func TestPathStateName(t *testing.T) {
-	for s, want := range map[int32]string{PathStateConnecting: "connecting", PathStateConnected: "connected",
-		PathStateReconnecting: "reconnecting", PathStateDisconnected: "disconnected", 42: "unknown"} {
-		if got := PathStateName(s); got != want {
-			t.Errorf("PathStateName(%d) = %q, want %q", s, got, want)
-		}
-	}
-}
-
 func TestParseAddr(t *testing.T) {
 	ap, err := parseAddr("192.0.2.2", 1234)
 	if err != nil || ap.String() != "192.0.2.2:1234" {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/urnbd/urnbd/internal/procs"
 	"github.com/urnbd/urnbd/rtrs"
+	"github.com/urnbd/urnbd/rtrs/internal/session"
 	"github.com/urnbd/urnbd/uring"
 )
 
@@ -35,7 +36,7 @@ type ClientQueue struct {
 	scratch []byte      // per permit id: frame header, user message, RTRS header
 	dirty   []*qconn    // connections with frames to write at Flush
 	// unfenced are dead connections whose requests wait for the server
-	// to fence their path (clientPath.fenceLoop) before they go again.
+	// to fence their path (the session layer's fence) before they go again.
 	unfenced rtrs.Unfenced[*qconn]
 	onCQE    func(*uring.CQE)
 	onMsg    func(qmsg)
@@ -68,18 +69,18 @@ const (
 // qmsg is a control message from a path goroutine to a queue.
 type qmsg struct {
 	kind   qmsgKind
-	path   *clientPath
+	path   *session.Path
 	fd     int
 	gen    uint64 // msgAttach: the path's connect the connection belongs to; msgFenced: the newest connect fenced
 	policy rtrs.MPPolicy
-	do     func(*ClientQueue)
+	do     func()
 }
 
 // qconn is a queue's IO connection on one path.
 type qconn struct {
 	q      *ClientQueue
-	path   *clientPath
-	gen    uint64 // the path's connect it belongs to (clientPath.connGen)
+	path   *session.Path
+	gen    uint64 // the path's connect it belongs to
 	slot   int
 	fd     int
 	dec    *Decoder
@@ -109,7 +110,7 @@ const (
 	udKind    = 0xf << 56
 )
 
-func newClientQueue(c *Client, id int) (*ClientQueue, error) {
+func newClientQueue(c *Client, id int, policy rtrs.MPPolicy) (*ClientQueue, error) {
 	mbox, err := rtrs.NewMailbox[qmsg]()
 	if err != nil {
 		return nil, fmt.Errorf("rtrs/tcp client queue %d: %w", id, err)
@@ -117,7 +118,7 @@ func newClientQueue(c *Client, id int) (*ClientQueue, error) {
 	qd := c.params.QueueDepth
 	stride := HeaderSize + c.params.MaxHdrSize
 	q := &ClientQueue{
-		c: c, id: id, policy: c.cfg.Policy, mbox: mbox,
+		c: c, id: id, policy: policy, mbox: mbox,
 		frames: make([]sendFrame, qd), scratch: make([]byte, qd*stride),
 	}
 	q.reqs = rtrs.NewRequestQueue(c.queueSet, id, carrier{q})
@@ -131,7 +132,7 @@ type carrier struct{ q *ClientQueue }
 
 func (k carrier) Pick(skip int) (*qconn, bool) {
 	q := k.q
-	if !q.unheld && q.c.link.Held() {
+	if !q.unheld && q.c.s.Link().Held() {
 		return nil, false // ResumeIO wakes the queue
 	}
 	i := rtrs.Select(q.policy, q.slots, &q.rr, skip)
@@ -146,7 +147,7 @@ func (k carrier) Send(r *Request, qc *qconn) error {
 	if err := q.buildFrame(r); err != nil {
 		return err
 	}
-	qc.path.stats.IncInflight()
+	qc.path.Stats().IncInflight()
 	qc.sendq.Push(r)
 	if !qc.dirty && !qc.pollOn {
 		qc.dirty = true
@@ -156,7 +157,7 @@ func (k carrier) Send(r *Request, qc *qconn) error {
 }
 
 func (k carrier) Wake()      { k.q.mbox.Post(qmsg{kind: msgRetry}) }
-func (k carrier) Hope() bool { return k.q.c.anyHope() }
+func (k carrier) Hope() bool { return k.q.c.s.AnyHope() }
 
 // ID returns the queue's index.
 func (q *ClientQueue) ID() int { return q.id }
@@ -165,7 +166,7 @@ func (q *ClientQueue) ID() int { return q.id }
 // OS thread (pin the thread to a CPU before, if wanted), with its own
 // io_uring. start is called once on the thread before the loop; Run
 // returns when the client is closed.
-func (q *ClientQueue) Run(start func(q *ClientQueue)) error {
+func (q *ClientQueue) Run(start func()) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	defer procs.AddBlockingThread()() // the loop sleeps in io_uring_enter holding a P
@@ -183,7 +184,7 @@ func (q *ClientQueue) Run(start func(q *ClientQueue)) error {
 	}
 	defer q.Detach()
 	if start != nil {
-		start(q)
+		start()
 	}
 	var y procs.Yielder
 	for !q.reqs.Closed() || q.failingOver() {
@@ -290,7 +291,7 @@ func (q *ClientQueue) post(m qmsg) { q.mbox.Post(m) }
 
 // Do runs fn on the queue's thread, soon. It may be called from any
 // goroutine; it is for control work, not for each request.
-func (q *ClientQueue) Do(fn func(*ClientQueue)) { q.post(qmsg{kind: msgDo, do: fn}) }
+func (q *ClientQueue) Do(fn func()) { q.post(qmsg{kind: msgDo, do: fn}) }
 
 // HandleCQE handles a completion of one of the queue's entries.
 func (q *ClientQueue) HandleCQE(cqe *uring.CQE) {
@@ -332,15 +333,15 @@ func (q *ClientQueue) handleMsg(m qmsg) {
 	case msgAttach:
 		q.attachConn(m.path, m.fd, m.gen)
 	case msgDetach:
-		if m.path.idx < len(q.slots) {
-			if qc := q.slots[m.path.idx]; qc != nil && qc.path == m.path {
+		if i := m.path.Index(); i < len(q.slots) {
+			if qc := q.slots[i]; qc != nil && qc.path == m.path {
 				q.fail(qc)
 			}
 		}
 	case msgPolicy:
 		q.policy = m.policy
 	case msgDo:
-		m.do(q)
+		m.do()
 	case msgClose:
 		q.reqs.Close()
 		for _, qc := range q.slots {
@@ -352,7 +353,7 @@ func (q *ClientQueue) handleMsg(m qmsg) {
 	case msgFenced:
 		q.releaseUnfenced(func(qc *qconn) bool { return qc.path == m.path && qc.gen <= m.gen })
 	}
-	if q.unfenced.Len() > 0 && !q.c.anyHope() {
+	if q.unfenced.Len() > 0 && !q.c.s.AnyHope() {
 		// No path will carry them again: they fail over to nothing and
 		// end with -ENOTCONN.
 		q.releaseUnfenced(func(*qconn) bool { return true })
@@ -365,21 +366,22 @@ func (q *ClientQueue) releaseUnfenced(match func(*qconn) bool) {
 	q.unfenced.Release(match, func(qc *qconn) {
 		qc.unfenced = false
 		if !qc.failOver {
-			q.reqs.FailOver(qc, qc.slot, qc.path.stats)
+			q.reqs.FailOver(qc, qc.slot, qc.path.Stats())
 		}
 	})
 }
 
-func (q *ClientQueue) attachConn(p *clientPath, fd int, gen uint64) {
-	for len(q.slots) <= p.idx {
+func (q *ClientQueue) attachConn(p *session.Path, fd int, gen uint64) {
+	idx := p.Index()
+	for len(q.slots) <= idx {
 		q.slots = append(q.slots, nil)
 	}
-	if old := q.slots[p.idx]; old != nil {
+	if old := q.slots[idx]; old != nil {
 		q.fail(old)
 	}
-	qc := &qconn{q: q, path: p, gen: gen, slot: p.idx, fd: fd, dec: NewDecoder(ToClient), rbuf: make([]byte, 256<<10)}
+	qc := &qconn{q: q, path: p, gen: gen, slot: idx, fd: fd, dec: NewDecoder(ToClient), rbuf: make([]byte, 256<<10)}
 	qc.dec.SetSession(q.c.params.Codec, qc)
-	q.slots[p.idx] = qc
+	q.slots[idx] = qc
 	q.armRecv(qc)
 }
 
@@ -543,7 +545,7 @@ func (q *ClientQueue) onRecv(qc *qconn, res int32) {
 		return
 	}
 	frames := 0
-	defer func() { qc.path.stats.RecordPoll(q.id, frames) }()
+	defer func() { qc.path.Stats().RecordPoll(q.id, frames) }()
 	if direct {
 		f, err := qc.dec.Filled(int(res))
 		if err != nil {
@@ -595,7 +597,7 @@ func (q *ClientQueue) onFrame(qc *qconn, f *Frame) bool {
 	if errno == 0 && !r.Write && int(f.Len) != len(r.Data) {
 		errno = -int(syscall.EIO)
 	}
-	q.reqs.Complete(r, errno, qc.path.stats)
+	q.reqs.Complete(r, errno, qc.path.Stats())
 	return true
 }
 
@@ -617,20 +619,17 @@ func (q *ClientQueue) fail(qc *qconn) {
 	}
 	qc.dead = true
 	unix.Shutdown(qc.fd, unix.SHUT_RDWR)
-	if qc.gen == qc.path.connGen.Load() {
-		// Not when the path took its connections back itself (detach):
-		// a late report would fail the path's next connect.
-		qc.path.report(cmdFailed)
-	}
+	// Dropped when the path took its connections back itself (detach).
+	qc.path.Failed(qc.gen, "queue %d: IO connection failed", q.id)
 	qc.sendq.Clear()
-	if q.c.fencing() && !q.reqs.Closed() && qc.gen > qc.path.fencedGen.Load() {
+	if q.c.s.Fencing() && !q.reqs.Closed() && qc.gen > qc.path.FencedGen() {
 		qc.unfenced = true // see qconn.unfenced
 		q.unfenced.Hold(qc)
 	}
 	if qc.recvOn && qc.direct {
 		qc.failOver = true // when the RECV ends: see qconn.failOver
 	} else if !qc.unfenced {
-		q.reqs.FailOver(qc, qc.slot, qc.path.stats)
+		q.reqs.FailOver(qc, qc.slot, qc.path.Stats())
 	}
 	q.reap(qc)
 }
@@ -652,7 +651,7 @@ func (q *ClientQueue) endFailOver(qc *qconn) {
 	if qc.failOver {
 		qc.failOver = false
 		if !qc.unfenced {
-			q.reqs.FailOver(qc, qc.slot, qc.path.stats)
+			q.reqs.FailOver(qc, qc.slot, qc.path.Stats())
 		}
 	}
 }
@@ -668,3 +667,5 @@ func (q *ClientQueue) reap(qc *qconn) {
 		q.slots[qc.slot] = nil
 	}
 }
+
+var _ rtrs.Queue = (*ClientQueue)(nil)

@@ -73,3 +73,6 @@ var (
 	wantErr   = wiretest.WantErr
 	mustNoErr = wiretest.NoErr
 )
+
+// onQueue runs fn on q's thread, soon (ClientQueue.Do).
+func onQueue(q *ClientQueue, fn func(q *ClientQueue)) { q.Do(func() { fn(q) }) }

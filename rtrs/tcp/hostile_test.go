@@ -470,7 +470,8 @@ func writeOnce(t *testing.T, c *Client, off int, data []byte) int {
 	o := &oneShot{done: make(chan int, 1)}
 	binary.LittleEndian.PutUint64(o.usr[:], uint64(off))
 	o.r = Request{Write: true, Data: data, Usr: o.usr[:], Done: o.onDone}
-	c.Queue(0).Do(func(q *ClientQueue) { q.Submit(&o.r) })
+	q := c.Queue(0)
+	q.Do(func() { q.Submit(&o.r) })
 	select {
 	case e := <-o.done:
 		return e
@@ -498,7 +499,7 @@ func TestHostileStaleWriteAfterPartition(t *testing.T) {
 	addr := addListener(t, srv)
 	px := startProxy(t, addr)
 	c := dialTest(t, rtrs.RoundRobin, 1, px.addr())
-	if !c.fencing() {
+	if !c.s.Fencing() {
 		t.Fatal("the server does not offer fencing")
 	}
 	old, fresh := bytes.Repeat([]byte("o"), 4096), bytes.Repeat([]byte("n"), 4096)

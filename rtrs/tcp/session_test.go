@@ -363,7 +363,7 @@ func runVerifiers(c *Client, slots, size, rounds int) []*verifier {
 	for i := 0; i < c.Queues(); i++ {
 		v := newVerifier(slots, size, rounds, i*slots*size)
 		vs = append(vs, v)
-		c.Queue(i).Do(v.start)
+		onQueue(c.Queue(i), v.start)
 	}
 	return vs
 }
@@ -389,7 +389,7 @@ func TestSessionRejectsOversizedRequest(t *testing.T) {
 	_, addr := startIOServer(t, newMemBackend(1<<20), "127.0.0.1:0")
 	c := dialTest(t, rtrs.MinInflight, 1, addr)
 	got := make(chan error, 1)
-	c.Queue(0).Do(func(q *ClientQueue) {
+	onQueue(c.Queue(0), func(q *ClientQueue) {
 		r := &Request{Write: true, Data: make([]byte, 61<<10), Usr: make([]byte, 8), Done: func(*Request, int) {}}
 		got <- q.Submit(r)
 	})
@@ -428,7 +428,7 @@ func TestSessionFailoverWhenPathDies(t *testing.T) {
 		}
 		for i := 0; i < c.Queues(); i++ {
 			ch := make(chan string, 1)
-			c.Queue(i).Do(func(q *ClientQueue) {
+			onQueue(c.Queue(i), func(q *ClientQueue) {
 				st := ""
 				for _, qc := range q.slots {
 					if qc != nil {
@@ -538,7 +538,8 @@ func TestSessionHoldsIOAfterServerRestart(t *testing.T) {
 	vs := runVerifiers(c, 2, 4096, 3)
 	admin := &oneShot{done: make(chan int, 1)}
 	admin.r = Request{Write: true, Data: make([]byte, 4096), Usr: admin.usr[:], Done: admin.onDone}
-	c.Admin().Do(func(q *ClientQueue) { q.Submit(&admin.r) })
+	aq := c.Admin()
+	aq.Do(func() { aq.Submit(&admin.r) })
 	select {
 	case errno := <-admin.done:
 		if errno != 0 {
@@ -589,7 +590,7 @@ func TestSessionPolicies(t *testing.T) {
 			c := dialTest(t, tc.policy, 1, pa.addr(), pb.addr())
 			time.Sleep(300 * time.Millisecond) // a few heartbeats: latencies known
 			v := newVerifier(8, 4096, 50, 0)
-			c.Queue(0).Do(v.start)
+			onQueue(c.Queue(0), v.start)
 			v.wait(t, 60*time.Second)
 			a, bb := b.count(addrA), b.count(addrB)
 			t.Logf("%s: path A %d requests, path B %d", tc.policy.Name(), a, bb)
@@ -658,7 +659,7 @@ func TestSessionAllocatesNothingPerRequest(t *testing.T) {
 		for _, write := range []bool{false, true} {
 			o := &oneShot{done: make(chan int, 1)}
 			o.r = Request{Write: write, Data: make([]byte, size), Usr: o.usr[:], Done: o.onDone}
-			submit := func(q *ClientQueue) { q.Submit(&o.r) }
+			submit := func() { q.Submit(&o.r) }
 			round := func() {
 				q.Do(submit)
 				if errno := <-o.done; errno != 0 {
@@ -669,7 +670,7 @@ func TestSessionAllocatesNothingPerRequest(t *testing.T) {
 				round()
 			}
 			// Do posts a closure: count what a round costs beyond that.
-			base := testing.AllocsPerRun(200, func() { q.Do(func(*ClientQueue) { o.done <- 0 }); <-o.done })
+			base := testing.AllocsPerRun(200, func() { q.Do(func() { o.done <- 0 }); <-o.done })
 			got := testing.AllocsPerRun(200, round)
 			if got-base > 0.05 {
 				t.Errorf("size %d write %v: %.2f allocations per request round trip beyond the harness's %.2f", size, write, got-base, base)
@@ -804,7 +805,7 @@ func TestSessionMaxReconnectAttempts(t *testing.T) {
 	// Requests now fail instead of waiting forever.
 	got := make(chan int, 1)
 	r := &Request{Write: true, Data: make([]byte, 512), Usr: make([]byte, 8), Done: func(_ *Request, e int) { got <- e }}
-	c.Queue(0).Do(func(q *ClientQueue) { q.Submit(r) })
+	onQueue(c.Queue(0), func(q *ClientQueue) { q.Submit(r) })
 	select {
 	case e := <-got:
 		if e != -int(syscall.ENOTCONN) {
@@ -903,7 +904,8 @@ func BenchmarkSessionWrite4K(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(4096)
 	b.ResetTimer()
-	go c.Queue(0).Run(d.start)
+	q := c.Queue(0)
+	go q.Run(func() { d.start(q) })
 	<-d.done
 }
 
@@ -920,7 +922,7 @@ func TestSessionResendWaitsForStaleRequest(t *testing.T) {
 	waitPathState(t, c, 1, "connected")
 	o := &oneShot{done: make(chan int, 1)}
 	o.r = Request{Write: true, Data: make([]byte, 4096), Usr: o.usr[:], Done: o.onDone}
-	c.Queue(0).Do(func(q *ClientQueue) { q.Submit(&o.r) })
+	onQueue(c.Queue(0), func(q *ClientQueue) { q.Submit(&o.r) })
 	var stale string
 	deadline := time.Now().Add(5 * time.Second)
 	for stale == "" {

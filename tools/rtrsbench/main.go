@@ -342,7 +342,7 @@ func runTCP(o options, backend *memBackend, gens []*generator) func() {
 		wg.Add(1)
 		go func(cpu int) {
 			defer wg.Done()
-			check(q.Run(func(*tcp.ClientQueue) { pin(cpu); g.startAll() }))
+			check(q.Run(func() { pin(cpu); g.startAll() }))
 		}(i)
 	}
 	return func() { c.Close(); wg.Wait(); srv.Close() }
@@ -360,11 +360,11 @@ func runRDMA(o options, backend *memBackend, gens []*generator) func() {
 	check(err)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := rdmatr.DialClient(ctx, rdmatr.ClientConfig{
+	c, err := rdmatr.DialClient(ctx, rdmatr.ClientConfig{ClientConfig: rtrs.ClientConfig{
 		SessName: "rtrsbench", Paths: []rdmatr.PathAddr{{Src: o.src, Dst: addr.String()}}, Queues: o.queues,
-		Policy: rtrs.MinInflight, MaxReconnectAttempts: -1, RegionSize: o.depth * o.bs, Timeout: 30 * time.Second,
+		Policy: rtrs.MinInflight, MaxReconnectAttempts: -1, Timeout: 30 * time.Second,
 		Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, "rtrsbench: client: "+f+"\n", a...) },
-	})
+	}, RegionSize: o.depth * o.bs})
 	check(err)
 	if mx := c.Params().MaxIOSize; o.bs > mx {
 		check(fmt.Errorf("block size %d > max_io_size %d", o.bs, mx))
@@ -388,7 +388,7 @@ func runRDMA(o options, backend *memBackend, gens []*generator) func() {
 		wg.Add(1)
 		go func(cpu int) {
 			defer wg.Done()
-			check(q.Run(func(*rdmatr.ClientQueue) { pin(cpu); g.startAll() }))
+			check(q.Run(func() { pin(cpu); g.startAll() }))
 		}(i)
 	}
 	return func() { c.Close(); wg.Wait(); srv.Close() }
