@@ -67,23 +67,31 @@ func (p *Path) fence(target rtrs.UUID) error {
 	case err := <-fc.done:
 		return err
 	case <-timeout.C:
-		p.dropFence(fc)
+		if p.dropFence(fc) {
+			// Sent and not answered: answers name no fence (over RDMA
+			// they are an immediate), so a late one must not be taken
+			// for the next. The connection is reset instead, as one
+			// whose heartbeats go unanswered.
+			p.Failed(p.serving.Load(), "a fence was not answered within %v", c.cfg.HeartbeatInterval*time.Duration(c.cfg.MissedHeartbeats+1))
+		}
 		return fmt.Errorf("fence of path %v: %w", target, syscall.ETIMEDOUT)
 	case <-c.closing:
 		return syscall.ENOTCONN
 	}
 }
 
-// dropFence takes a fence nobody waits for any more out of the queue.
-func (p *Path) dropFence(fc *fenceCall) {
+// dropFence takes a fence nobody waits for any more out of the queue;
+// it reports whether the fence was sent already.
+func (p *Path) dropFence(fc *fenceCall) (sent bool) {
 	p.fenceMu.Lock()
 	defer p.fenceMu.Unlock()
 	for i, q := range p.fenceQ {
 		if q == fc {
 			p.fenceQ = append(p.fenceQ[:i], p.fenceQ[i+1:]...)
-			return
+			return false
 		}
 	}
+	return p.fenceOut == fc
 }
 
 // NextFence returns the path whose fence the service loop must send now,
