@@ -87,6 +87,32 @@ func (ch *CompChannel) GetEvent() (*CQ, error) {
 	return q, nil
 }
 
+// TakeEvent takes the event pending on a channel that serves cq alone,
+// and acknowledges it (ibv_get_cq_event, ibv_ack_cq_events); it reports
+// whether there was one. Unlike GetEvent it looks up nothing: no lock,
+// no map. The channel must be non-blocking (SetNonblock). An event of
+// another CQ on the channel is an error (and acknowledged).
+func (ch *CompChannel) TakeEvent(cq *CQ) (bool, error) {
+	if ch.ch == nil {
+		return false, ErrClosed
+	}
+	var got *C.struct_ibv_cq
+	var ctx unsafe.Pointer
+	ret, err := C.ibv_get_cq_event(ch.ch, &got, &ctx)
+	if ret != 0 {
+		e := errnoOf(err)
+		if e == syscall.EAGAIN {
+			return false, nil
+		}
+		return false, fmt.Errorf("ibv_get_cq_event: %w", e)
+	}
+	C.ibv_ack_cq_events(got, 1)
+	if got != cq.cq {
+		return false, fmt.Errorf("ibv_get_cq_event: an event of another CQ on a channel of one: %w", syscall.EINVAL)
+	}
+	return true, nil
+}
+
 // Close destroys the channel (ibv_destroy_comp_channel); its CQs must be
 // destroyed first.
 func (ch *CompChannel) Close() error {

@@ -11,7 +11,10 @@ import (
 
 // target is the ublk target of a mapped device: ublk queue i hands its
 // requests to RTRS queue i on the same thread and io_uring, with the tag's
-// buffer as the request's data (no copy in userspace).
+// buffer as the request's data: over RDMA the device reads and writes it
+// directly; over TCP writes are sent from it and read data of 16 KiB and
+// more is read into it straight from the socket, smaller read data is
+// copied once from the connection's receive buffer.
 type target struct{ d *Device }
 
 // queue is one ublk queue's half of the target.

@@ -439,8 +439,9 @@ func (s *Server) finishClose(sess *serverSession, d *mapping) {
 	s.logf("rnbd: session %s: closed device %d (%s)", sess.name, d.id, d.exp.path)
 }
 
-// handleIO serves a block request. The device table is read under the lock;
-// the I/O itself runs without it.
+// handleIO serves a block request. The device table is read without a
+// lock (the session's entry in a sync.Map, its table an atomic snapshot);
+// the I/O runs without one too.
 func (s *Server) handleIO(io *request) int {
 	var m IO
 	if err := m.Unmarshal(io.Usr); err != nil {

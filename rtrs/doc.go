@@ -35,8 +35,8 @@
 //
 // Immediate data (IO_REQ, IO_RSP, IO_RSP_W_INV, HB_MSG, HB_ACK) is encoded
 // and decoded by an ImmCodec built from the session's queue depth and chunk
-// size; ImmToNet/ImmFromNet convert to the network byte order of the verbs
-// API.
+// size (host order; rdma.ImmToWire converts to the verbs API's network
+// order).
 //
 // An IO request lies in a chunk as data at offset 0, the user message after
 // it and the RTRS header after that; the immediate carries the header's

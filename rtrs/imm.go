@@ -1,7 +1,6 @@
 package rtrs
 
 import (
-	"encoding/binary"
 	"strconv"
 )
 
@@ -11,8 +10,8 @@ import (
 //
 // The kernel stores cpu_to_be32(imm) in the work request, so on the wire (and
 // in ibv_send_wr.imm_data / ibv_wc.imm_data) the value is in network byte
-// order: see ImmToNet and ImmFromNet. All other functions here work on the
-// host-order value.
+// order: rdma.ImmToWire and rdma.ImmFromWire convert. The functions here
+// work on the host-order value.
 const (
 	// ImmTypeBits (4) is the width of the immediate type field.
 	ImmTypeBits = 4
@@ -114,22 +113,6 @@ func MakeImm(t ImmType, payload uint32) (uint32, error) {
 // SplitImm splits an immediate value into its type and payload.
 func SplitImm(imm uint32) (ImmType, uint32) {
 	return ImmType(imm >> ImmPayloadBits), imm & ImmPayloadMask
-}
-
-// ImmToNet converts a host-order immediate value to the network byte order
-// expected in ibv_send_wr.imm_data (htonl).
-func ImmToNet(imm uint32) uint32 {
-	var b [4]byte
-	binary.BigEndian.PutUint32(b[:], imm)
-	return binary.NativeEndian.Uint32(b[:])
-}
-
-// ImmFromNet converts ibv_wc.imm_data (network byte order) to the host-order
-// immediate value (ntohl).
-func ImmFromNet(imm uint32) uint32 {
-	var b [4]byte
-	binary.NativeEndian.PutUint32(b[:], imm)
-	return binary.BigEndian.Uint32(b[:])
 }
 
 // IORspImm encodes an IO response immediate: type ImmIORspWInv if withInv

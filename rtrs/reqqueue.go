@@ -251,9 +251,6 @@ func (q *RequestQueue[C]) Close() { q.closed = true }
 // Closed reports whether Close was called.
 func (q *RequestQueue[C]) Closed() bool { return q.closed }
 
-// Waiting reports whether requests wait for a permit or a path.
-func (q *RequestQueue[C]) Waiting() bool { return !q.waiting.Empty() }
-
 var startTime = time.Now()
 
 // nanotime is a monotonic clock in ns, for request latencies.

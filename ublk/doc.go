@@ -13,6 +13,6 @@
 // that a transport can register the same memory for RDMA (zero copy).
 //
 // The package knows nothing of RTRS, RNBD or any network: a Target is the
-// boundary. Baseline kernel: Linux 6.12 (see UBLK-FACTS.md in the project's
-// shared documentation); features are negotiated with GET_FEATURES.
+// boundary. Baseline kernel: Linux 6.12, whose UAPI uapi.go mirrors;
+// features are negotiated with GET_FEATURES.
 package ublk

@@ -211,7 +211,7 @@ func (q *ClientQueue) busy() bool {
 // Attach makes the queue use ring, an io_uring owned by the calling
 // thread's event loop: the queue submits entries with user data
 // base|(kind<<56)|slot and the loop hands their completions to HandleCQE
-// (see Owns) and calls Flush after each batch. base must leave bits 56..59
+// and calls Flush after each batch. base must leave bits 56..59
 // and the low 32 bits clear.
 //
 // A queue may be attached again, to another ring, once the ring it was
@@ -257,12 +257,6 @@ func (q *ClientQueue) Detach() {
 		}
 	}
 	q.ring = nil
-}
-
-// Owns reports whether a completion with user data ud belongs to the queue.
-func (q *ClientQueue) Owns(ud uint64) bool {
-	k := ud & udKind
-	return ud&^(udKind|0xffffffff) == q.udBase && k >= udPoll && k <= udCancel
 }
 
 func (q *ClientQueue) sqe() *uring.SQE {

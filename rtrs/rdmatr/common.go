@@ -167,16 +167,7 @@ func (c *conn) drainEvents() error {
 
 // takeEvent takes and acknowledges the channel's pending event, if there
 // is one (the channel is non-blocking); it reports whether there was.
-func (c *conn) takeEvent() (bool, error) {
-	if _, err := c.cc.GetEvent(); err != nil {
-		if errors.Is(err, unix.EAGAIN) {
-			return false, nil
-		}
-		return false, err
-	}
-	c.cq.Ack(1)
-	return true, nil
-}
+func (c *conn) takeEvent() (bool, error) { return c.cc.TakeEvent(c.cq) }
 
 // netpollFd watches a non-blocking fd through Go's netpoller, on a dup of
 // it: a goroutine waiting on it parks without holding a thread or a P. A
@@ -185,13 +176,14 @@ func (c *conn) takeEvent() (bool, error) {
 // service, CM and server loops waiting 10-100ms at a time, sysmon never
 // backed off.
 type netpollFd struct {
-	f  *os.File
-	rc syscall.RawConn
+	f    *os.File
+	rc   syscall.RawConn
+	read func(uintptr) bool // try, as RawConn.Read wants it: made once, not per wait
 }
 
 // newNetpollFd registers a dup of fd (made non-blocking, as is the fd:
-// they share the flag) with the netpoller.
-func newNetpollFd(fd int) (*netpollFd, error) {
+// they share the flag) with the netpoller; wait calls try.
+func newNetpollFd(fd int, try func() bool) (*netpollFd, error) {
 	nfd, err := unix.Dup(fd)
 	if err != nil {
 		return nil, err
@@ -210,15 +202,13 @@ func newNetpollFd(fd int) (*netpollFd, error) {
 		f.Close()
 		return nil, err
 	}
-	return &netpollFd{f: f, rc: rc}, nil
+	return &netpollFd{f: f, rc: rc, read: func(uintptr) bool { return try() }}, nil
 }
 
 // wait calls try until it returns true, parking while the fd is not
 // readable. It returns os.ErrDeadlineExceeded once the deadline set with
-// f.SetReadDeadline passes.
-func (w *netpollFd) wait(try func() bool) error {
-	return w.rc.Read(func(uintptr) bool { return try() })
-}
+// f.SetReadDeadline passes. It does not allocate.
+func (w *netpollFd) wait() error { return w.rc.Read(w.read) }
 
 func (w *netpollFd) close() { w.f.Close() }
 
@@ -232,10 +222,10 @@ func waitFd(fd int, d time.Duration) bool {
 	if d <= 0 {
 		return false
 	}
-	if w, err := newNetpollFd(fd); err == nil {
+	if w, err := newNetpollFd(fd, func() bool { return readable(fd) }); err == nil {
 		defer w.close()
 		if w.f.SetReadDeadline(time.Now().Add(d)) == nil {
-			return w.wait(func() bool { return readable(fd) }) == nil
+			return w.wait() == nil
 		}
 	}
 	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}

@@ -1009,3 +1009,58 @@ func TestLabCloseUnderLoad(t *testing.T) {
 
 // onQueue runs fn on q's thread, soon (ClientQueue.Do).
 func onQueue(q *ClientQueue, fn func(q *ClientQueue)) { q.Do(func() { fn(q) }) }
+
+// A request's round trip, client and server in this process, allocates
+// nothing beyond the test harness (Do's closure): neither the client's
+// queue nor the server's poll loop, answers and backend call.
+func TestLabAllocatesNothingPerRequest(t *testing.T) {
+	needLab(t)
+	b := &memBackend{mem: make([]byte, 1<<20)}
+	srv, err := NewServer(ServerConfig{QueueDepth: labQD, ChunkSize: labChunk, Handler: b, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	a, err := srv.Listen(netip.AddrPortFrom(srv1, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := DialClient(ctx, ClientConfig{ClientConfig: rtrs.ClientConfig{SessName: "allocs", Queues: 1,
+		Paths: []PathAddr{{Src: cli1.String(), Dst: a.String()}}, Timeout: 10 * time.Second, Logf: t.Logf},
+		RegionSize: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	q := cl.Queue(0)
+	go q.Run(nil)
+	var usr [8]byte
+	done := make(chan int, 1)
+	for _, size := range []int{4096, 32 << 10} {
+		for _, write := range []bool{false, true} {
+			r := &Request{Write: write, Data: cl.Region()[:size], Usr: usr[:], Done: func(_ *Request, e int) { done <- e }}
+			submit := func() {
+				if err := q.Submit(r); err != nil {
+					done <- -int(syscall.EINVAL)
+				}
+			}
+			round := func() {
+				q.Do(submit)
+				if e := <-done; e != 0 {
+					t.Fatalf("errno %d", e)
+				}
+			}
+			for i := 0; i < 200; i++ {
+				round()
+			}
+			base := testing.AllocsPerRun(500, func() { q.Do(func() { done <- 0 }); <-done })
+			got := testing.AllocsPerRun(500, round)
+			t.Logf("size %d write %v: %.2f allocations per round trip, harness %.2f", size, write, got, base)
+			if got-base > 0.05 {
+				t.Errorf("size %d write %v: %.2f allocations per request round trip (client and server) beyond the harness's %.2f", size, write, got-base, base)
+			}
+		}
+	}
+}

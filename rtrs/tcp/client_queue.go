@@ -266,12 +266,6 @@ func (q *ClientQueue) closeUndriven() {
 	}
 }
 
-// Owns reports whether a completion with user data ud belongs to the queue.
-func (q *ClientQueue) Owns(ud uint64) bool {
-	k := ud & udKind
-	return ud&^(udKind|0xffffffff) == q.udBase && k >= udRecv && k <= udWake
-}
-
 func (q *ClientQueue) sqe() *uring.SQE {
 	for {
 		if s := q.ring.GetSQE(); s != nil {
