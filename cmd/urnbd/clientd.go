@@ -220,6 +220,9 @@ type clientDaemon struct {
 	// stopping is closed when the daemon stops: recoveries still being
 	// retried give up.
 	stopping chan struct{}
+	// idle is set when the last device of a daemon without persist was
+	// unmapped: it exits once that request has its reply.
+	idle bool
 }
 
 type daemonSession struct {
@@ -370,6 +373,12 @@ func (d *clientDaemon) serve(conn net.Conn) {
 		}
 	}
 	json.NewEncoder(conn).Encode(&rep)
+	d.mu.Lock()
+	idle := d.idle && len(d.devices) == 0
+	d.mu.Unlock()
+	if idle {
+		d.ln.Close() // the accept loop ends and the daemon exits
+	}
 }
 
 func (d *clientDaemon) mapDev(req *clientRequest) (string, error) {
@@ -460,6 +469,7 @@ func (d *clientDaemon) dropIfUnused(sess *daemonSession) {
 // may have to recover it (recoverDevices); d.mu is held.
 func (d *clientDaemon) addDevice(sess *daemonSession, rec *deviceRecord, dev *rnbd.Device) {
 	sess.devs++
+	d.idle = false
 	id := dev.UblkDevice().ID()
 	d.devices[id] = &daemonDevice{spec: rec.Spec, sess: sess, dev: dev}
 	d.obs.addDevice(id)
@@ -492,7 +502,7 @@ func (d *clientDaemon) unmapDev(id uint32, force bool) error {
 	}
 	log.Printf("urnbd client daemon: unmapped %s", ublk.BlockPath(id))
 	if len(d.devices) == 0 && !d.persist {
-		go func() { time.Sleep(100 * time.Millisecond); d.ln.Close() }()
+		d.idle = true // serve closes the listener once it has replied
 	}
 	return err
 }

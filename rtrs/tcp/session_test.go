@@ -222,6 +222,19 @@ func dialTestConfig(t *testing.T, cfg ClientConfig) *Client {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// DialClient returns at the first path up: give the others a moment,
+	// as the tests expect every reachable path connected.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		up := 0
+		for _, p := range c.Paths() {
+			if p.State == "connected" {
+				up++
+			}
+		}
+		if up == len(cfg.Paths) {
+			break
+		}
+	}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	queues := []*ClientQueue{}

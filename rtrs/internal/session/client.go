@@ -91,9 +91,11 @@ func New(cfg rtrs.ClientConfig, tr Transport) (*Session, error) {
 	return c, nil
 }
 
-// Dial starts every path and waits until each has made its first connect
-// attempt, or ctx ends. It returns nil if one path connected, else every
-// path's reason. The paths that did not connect go on trying.
+// Dial starts every path and returns as soon as one has connected: the
+// others go on trying in the background, so that a dead path does not
+// hold up the session (nor eat its caller's deadline). It fails, with
+// every path's reason, when each path's first attempt failed or ctx
+// ended first.
 func (c *Session) Dial(ctx context.Context) error {
 	c.mu.Lock()
 	paths := append([]*Path(nil), c.paths...)
@@ -102,19 +104,27 @@ func (c *Session) Dial(ctx context.Context) error {
 		go p.run()
 	}
 	c.mu.Unlock()
-	var errs []error
+	outcomes := make(chan error, len(paths))
 	for _, p := range paths {
-		select {
-		case err := <-p.first:
-			if err != nil {
-				errs = append(errs, fmt.Errorf("path %v: %w", p.addr, err))
+		go func() {
+			select {
+			case err := <-p.first:
+				if err != nil {
+					err = fmt.Errorf("path %v: %w", p.addr, err)
+				}
+				outcomes <- err
+			case <-ctx.Done():
+				outcomes <- fmt.Errorf("path %v: %w", p.addr, ctx.Err())
 			}
-		case <-ctx.Done():
-			errs = append(errs, fmt.Errorf("path %v: %w", p.addr, ctx.Err()))
-		}
+		}()
 	}
-	if c.started.Load() {
-		return nil
+	var errs []error
+	for range paths {
+		err := <-outcomes
+		if err == nil && c.started.Load() {
+			return nil
+		}
+		errs = append(errs, err)
 	}
 	if len(errs) == 0 {
 		errs = append(errs, fmt.Errorf("no path connected: %w", syscall.ENOTCONN))

@@ -13,9 +13,9 @@
 //
 // # Decisions where the transports once disagreed
 //
-//   - DialClient starts every path at once and returns when each has made
-//     its first attempt (or ctx ended): with at least one connected path,
-//     an error otherwise.
+//   - DialClient starts every path at once and returns as soon as one has
+//     connected; the others go on in the background. It fails with every
+//     path's reason when each first attempt failed (or ctx ended first).
 //   - A path that fails an attempt retries after ReconnectDelay plus 0..7
 //     ms of jitter in whole milliseconds (the kernel's RTRS_RECONNECT_SEED),
 //     until MaxReconnectAttempts failed attempts in a row; then it stays

@@ -56,6 +56,10 @@ func (t *fakeTransport) CheckPath(a rtrs.PathAddr) error {
 }
 
 func (t *fakeTransport) Connect(ctx context.Context, p *Path) (Conn, error) {
+	if p.Addr().Dst == "hang" { // a path whose connects never end before their timeout
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.connects[p.Addr().Dst]++
@@ -161,7 +165,21 @@ func dial(t *testing.T, cfg rtrs.ClientConfig, tr Transport) (*Session, error) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	return s, s.Dial(context.Background())
+	err = s.Dial(context.Background())
+	// Dial returns at the first path up: let the others make their first
+	// attempt, so that each test starts from every path's outcome.
+	for deadline := time.Now().Add(5 * time.Second); err == nil && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		settled := 0
+		for _, p := range s.API().Paths() {
+			if p.State != "connecting" || p.LastError != "" {
+				settled++
+			}
+		}
+		if settled == len(cfg.Paths) {
+			break
+		}
+	}
+	return s, err
 }
 
 func waitState(t *testing.T, s *Session, idx int, want string) rtrs.ClientPathInfo {
@@ -179,15 +197,20 @@ func waitState(t *testing.T, s *Session, idx int, want string) rtrs.ClientPathIn
 	}
 }
 
-func TestDialWaitsForEveryPathAndNeedsOne(t *testing.T) {
+func TestDialReturnsAtFirstPathAndNeedsOne(t *testing.T) {
 	tr := newFake(fenceParams, "a")
 	s, err := dial(t, testConfig("a", "b"), tr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ps := s.API().Paths()
-	if ps[0].State != "connected" || ps[1].State == "connected" || !strings.Contains(ps[1].LastError, "refused") {
-		t.Errorf("after Dial: %+v; want path 0 connected, path 1 not, with its reason", ps)
+	if ps := s.API().Paths(); ps[0].State != "connected" || ps[1].State == "connected" {
+		t.Errorf("after Dial: %+v; want path 0 connected, path 1 not", ps)
+	}
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(s.API().Paths()[1].LastError, "refused"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("path 1: %+v; want its reason", s.API().Paths()[1])
+		}
+		time.Sleep(time.Millisecond)
 	}
 	if s.Params() != fenceParams || tr.starts != 1 {
 		t.Errorf("params %+v, %d starts; want the server's, one start", s.Params(), tr.starts)
@@ -199,6 +222,20 @@ func TestDialWaitsForEveryPathAndNeedsOne(t *testing.T) {
 		if !r.FirstConn || !r.Fence || r.PathsUUID != s.PathsUUID() {
 			t.Errorf("conn req %+v: want first_conn, fence, the session's uuid", r)
 		}
+	}
+
+	// A path whose connect hangs does not hold up the session.
+	hs, err := New(testConfig("hang", "a"), tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hs.Close()
+	t0 := time.Now()
+	if err := hs.Dial(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(t0); el > testConfig("a").Timeout/2 {
+		t.Errorf("Dial took %v with one path hanging; want it back at the first path up", el)
 	}
 
 	tr2 := newFake(fenceParams)
