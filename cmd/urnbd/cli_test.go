@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"github.com/urnbd/urnbd/internal/clientd"
 	"os"
 	"os/exec"
 	"strings"
@@ -42,7 +43,7 @@ func TestParseID(t *testing.T) {
 }
 
 func TestExitCodeCarriesErrno(t *testing.T) {
-	if got := exitCode(&reportedError{msg: "x", errno: unix.ENOENT}); got != 2 {
+	if got := exitCode(&clientd.Error{Msg: "x", Errno: unix.ENOENT}); got != 2 {
 		t.Errorf("exit code = %d, want 2", got)
 	}
 	if got := exitCode(errors.New("plain")); got != 1 {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/urnbd/urnbd/internal/clientd"
 	"log"
 	"net"
 	"os"
@@ -22,9 +23,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/urnbd/urnbd/rnbd"
-	"github.com/urnbd/urnbd/rtrs"
-	"github.com/urnbd/urnbd/rtrs/rdmatr"
-	"github.com/urnbd/urnbd/rtrs/tcp"
 	"github.com/urnbd/urnbd/ublk"
 )
 
@@ -35,66 +33,26 @@ import (
 
 func clientSocket() string { return filepath.Join(runDir(), "client.sock") }
 
-type clientRequest struct {
-	Op     string   `json:"op"` // map, unmap, list, stats, path, session-set
-	Spec   *mapSpec `json:"spec,omitempty"`
-	Queues int      `json:"queues,omitempty"`
-	// SessionDevices is --session-devices: 0 when not given.
-	SessionDevices int    `json:"session_devices,omitempty"`
-	Depth          int    `json:"depth,omitempty"`
-	Device         uint32 `json:"device,omitempty"`
-	Force          bool   `json:"force,omitempty"`
-	// path and session-set requests
-	Session string `json:"session,omitempty"`
-	PathOp  string `json:"path_op,omitempty"`
-	Path    string `json:"path,omitempty"`
-	Key     string `json:"key,omitempty"`
-	Value   string `json:"value,omitempty"`
-}
-
-type clientReply struct {
-	Error   string       `json:"error,omitempty"`
-	Errno   int          `json:"errno,omitempty"`
-	Device  string       `json:"device,omitempty"`
-	Devices []listEntry  `json:"devices,omitempty"`
-	Stats   *statsReport `json:"stats,omitempty"`
-}
-
-type listEntry struct {
-	Device     string   `json:"devname"`
-	SessName   string   `json:"sessname"`
-	MapPath    string   `json:"mapping_path"`
-	AccessMode string   `json:"access_mode"`
-	State      string   `json:"state"`
-	Paths      []string `json:"paths"`
-	Transport  string   `json:"transport"`
-}
+// records are the running daemon's records of its mappings.
+func records() clientd.Records { return clientd.Records{Dir: filepath.Join(runDir(), "rnbd")} }
 
 // ask sends req to the daemon, starting it if needed.
 // With start, daemonArgs are the options it is started with.
-func ask(req *clientRequest, start bool, daemonArgs ...string) (*clientReply, error) {
-	conn, err := net.Dial("unix", clientSocket())
-	if err != nil && start {
+func ask(req *clientd.Request, start bool, daemonArgs ...string) (*clientd.Reply, error) {
+	rep, err := clientd.Ask(clientSocket(), req)
+	var re *clientd.Error
+	if start && (errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ECONNREFUSED)) && !errors.As(err, &re) {
+		// No daemon listens (only then: a request that one took is never
+		// sent twice).
 		if err := startClientDaemon(daemonArgs...); err != nil {
 			return nil, err
 		}
-		conn, err = net.Dial("unix", clientSocket())
+		rep, err = clientd.Ask(clientSocket(), req)
 	}
-	if err != nil {
-		return nil, err
+	if err != nil && !errors.As(err, &re) && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ECONNREFUSED) {
+		err = fmt.Errorf("%w (see %s)", err, daemonLog())
 	}
-	defer conn.Close()
-	if err := json.NewEncoder(conn).Encode(req); err != nil {
-		return nil, err
-	}
-	var rep clientReply
-	if err := json.NewDecoder(conn).Decode(&rep); err != nil {
-		return nil, fmt.Errorf("client daemon: %w (see %s)", err, daemonLog())
-	}
-	if rep.Error != "" {
-		return nil, &reportedError{msg: rep.Error, errno: unix.Errno(rep.Errno)}
-	}
-	return &rep, nil
+	return rep, err
 }
 
 func startClientDaemon(args ...string) error {
@@ -128,7 +86,7 @@ func startClientDaemon(args ...string) error {
 	return fmt.Errorf("client daemon did not start; see %s", daemonLog())
 }
 
-func mapDevice(c *cli.Context, spec *mapSpec) error {
+func mapDevice(c *cli.Context, spec *clientd.MapSpec) error {
 	if spec.Transport == "" && c.IsSet("transport") {
 		// Left empty otherwise: a new session then takes the flag's
 		// default, an existing one keeps its own.
@@ -141,7 +99,7 @@ func mapDevice(c *cli.Context, spec *mapSpec) error {
 	if c.Bool("no-bpf") {
 		args = append(args, "--no-bpf")
 	}
-	req := &clientRequest{Op: "map", Spec: spec, Queues: c.Int("queues"), Depth: c.Int("depth")}
+	req := &clientd.Request{Op: "map", Spec: spec, Queues: c.Int("queues"), Depth: c.Int("depth")}
 	if c.IsSet("session-devices") {
 		req.SessionDevices = c.Int("session-devices")
 	}
@@ -167,7 +125,7 @@ func unmapCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			if _, err := askDaemon(&clientRequest{Op: "unmap", Device: id, Force: c.Bool("force")}, "unmap: "+ublk.BlockPath(id)+" is not mapped"); err != nil {
+			if _, err := askDaemon(&clientd.Request{Op: "unmap", Device: id, Force: c.Bool("force")}, "unmap: "+ublk.BlockPath(id)+" is not mapped"); err != nil {
 				return err
 			}
 			fmt.Printf("unmapped %s\n", ublk.BlockPath(id))
@@ -186,9 +144,9 @@ func listCommand() *cli.Command {
 			if err != nil {
 				return fmt.Errorf("list: %w", err)
 			}
-			entries := []listEntry{}
+			entries := []clientd.ListEntry{}
 			// A daemon that died left devices to recover: start one.
-			if rep, err := ask(&clientRequest{Op: "list"}, haveRecords()); err == nil {
+			if rep, err := ask(&clientd.Request{Op: "list"}, records().Any()); err == nil {
 				entries = append(entries, rep.Devices...)
 			}
 			if format == "json" {
@@ -226,47 +184,20 @@ type clientDaemon struct {
 }
 
 type daemonSession struct {
-	spec   mapSpec // the map request that opened it
+	spec   clientd.MapSpec // the map request that opened it
 	client *rnbd.Client
 	devs   int
 }
 
-// defaultTransport is the transport of a new session whose map request
-// names none (the --transport flag's default).
-const defaultTransport = "tcp"
-
-// fits checks a map request for another device of the session against
-// the session. As the kernel does, it ignores the request's paths (the
-// session's may have changed since, by path add and remove); a transport
-// or queue count that differs from the session's is an error rather than
-// silently not what was asked for. It fills in the session's transport.
-func (s *daemonSession) fits(spec *mapSpec, queues, devices int) error {
-	if spec.Transport != "" && spec.Transport != s.spec.Transport {
-		return fmt.Errorf("map: session %s runs over %s, not %s; map with another sessname for %s: %w",
-			s.spec.SessName, s.spec.Transport, spec.Transport, spec.Transport, unix.EINVAL)
-	}
-	if n := s.client.Queues(); queues != 0 && queues != n {
-		return fmt.Errorf("map: session %s has %d queues, not %d; map with another sessname for %d: %w",
-			s.spec.SessName, n, queues, queues, unix.EINVAL)
-	}
-	if n := s.client.MaxDevices(); devices != 0 && devices != n {
-		return fmt.Errorf("map: session %s maps up to %d devices, not %d; map with another sessname for %d: %w",
-			s.spec.SessName, n, devices, devices, unix.EINVAL)
-	}
-	spec.Transport = s.spec.Transport
-	return nil
-}
-
-// sessionOptions are the options of a session that a map request makes.
-func sessionOptions(devices int) []rnbd.DialOption {
-	if devices == 0 {
-		return nil
-	}
-	return []rnbd.DialOption{rnbd.WithMaxDevices(devices)}
+// fits checks a map request for another device of the session
+// (clientd.Session.Fits) and fills in the session's transport.
+func (s *daemonSession) fits(spec *clientd.MapSpec, queues, devices int) error {
+	cs := clientd.Session{Spec: s.spec, Queues: s.client.Queues(), MaxDevices: s.client.MaxDevices()}
+	return cs.Fits(spec, queues, devices)
 }
 
 type daemonDevice struct {
-	spec mapSpec
+	spec clientd.MapSpec
 	sess *daemonSession
 	dev  *rnbd.Device
 }
@@ -342,37 +273,7 @@ func clientDaemonCommand() *cli.Command {
 }
 
 func (d *clientDaemon) serve(conn net.Conn) {
-	defer conn.Close()
-	var req clientRequest
-	if err := json.NewDecoder(conn).Decode(&req); err != nil {
-		return
-	}
-	var rep clientReply
-	var err error
-	switch req.Op {
-	case "map":
-		rep.Device, err = d.mapDev(&req)
-	case "unmap":
-		err = d.unmapDev(req.Device, req.Force)
-	case "list":
-		rep.Devices = d.list()
-	case "stats":
-		rep.Stats, err = d.collectStats(req.Force)
-	case "path":
-		rep.Device, err = d.pathRequest(&req)
-	case "session-set":
-		err = d.sessionSet(&req)
-	default:
-		err = fmt.Errorf("unknown request %q: %w", req.Op, unix.EINVAL)
-	}
-	if err != nil {
-		rep.Error = err.Error()
-		var errno unix.Errno
-		if errors.As(err, &errno) {
-			rep.Errno = int(errno)
-		}
-	}
-	json.NewEncoder(conn).Encode(&rep)
+	clientd.Serve(conn, d.handle)
 	d.mu.Lock()
 	idle := d.idle && len(d.devices) == 0
 	d.mu.Unlock()
@@ -381,14 +282,39 @@ func (d *clientDaemon) serve(conn net.Conn) {
 	}
 }
 
-func (d *clientDaemon) mapDev(req *clientRequest) (string, error) {
+// handle answers one request of the CLI.
+func (d *clientDaemon) handle(req *clientd.Request) (*clientd.Reply, error) {
+	var rep clientd.Reply
+	var err error
+	switch req.Op {
+	case "map":
+		rep.Device, err = d.mapDev(req)
+	case "unmap":
+		err = d.unmapDev(req.Device, req.Force)
+	case "list":
+		rep.Devices = d.list()
+	case "stats":
+		var st *statsReport
+		if st, err = d.collectStats(req.Force); err == nil {
+			rep.Stats, err = json.Marshal(st)
+		}
+	case "path":
+		rep.Device, err = d.pathRequest(req)
+	case "session-set":
+		err = d.sessionSet(req)
+	default:
+		err = fmt.Errorf("unknown request %q: %w", req.Op, unix.EINVAL)
+	}
+	return &rep, err
+}
+
+func (d *clientDaemon) mapDev(req *clientd.Request) (string, error) {
 	spec := req.Spec
 	if spec == nil {
 		return "", fmt.Errorf("map: no spec: %w", unix.EINVAL)
 	}
-	var err error
-	if spec.mode, err = rnbd.ParseAccessMode(spec.AccessMode); err != nil {
-		return "", fmt.Errorf("map: access_mode %q: %w", spec.AccessMode, unix.EINVAL)
+	if err := spec.CheckMode(); err != nil {
+		return "", fmt.Errorf("map: %w", err)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -399,12 +325,12 @@ func (d *clientDaemon) mapDev(req *clientRequest) (string, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rec := deviceRecord{Spec: *spec, Queues: req.Queues, SessionDevices: req.SessionDevices}
+	rec := clientd.Record{Spec: *spec, Queues: req.Queues, SessionDevices: req.SessionDevices}
 	sess, err := d.sessionFor(ctx, &rec)
 	if err != nil {
 		return "", err
 	}
-	dev, err := sess.client.Map(ctx, d.ctrl, spec.DevicePath, spec.mode, rnbd.MapOptions{ID: -1, Depth: req.Depth})
+	dev, err := sess.client.Map(ctx, d.ctrl, spec.DevicePath, spec.Mode, rnbd.MapOptions{ID: -1, Depth: req.Depth})
 	if err != nil {
 		d.dropIfUnused(sess)
 		return "", fmt.Errorf("map %s: %w", spec.DevicePath, err)
@@ -416,36 +342,14 @@ func (d *clientDaemon) mapDev(req *clientRequest) (string, error) {
 
 // sessionFor returns the session a device record names, dialling it if there
 // is none; d.mu is held. rec.Spec's transport is filled in.
-func (d *clientDaemon) sessionFor(ctx context.Context, rec *deviceRecord) (*daemonSession, error) {
+func (d *clientDaemon) sessionFor(ctx context.Context, rec *clientd.Record) (*daemonSession, error) {
 	spec := &rec.Spec
 	if sess := d.sessions[spec.SessName]; sess != nil {
 		return sess, sess.fits(spec, rec.Queues, rec.SessionDevices)
 	}
-	if len(spec.Paths) == 0 {
-		return nil, fmt.Errorf("map: no session %s, and no path= to make it with: %w", spec.SessName, unix.ENXIO)
-	}
-	if spec.Transport == "" {
-		spec.Transport = defaultTransport
-	}
-	opts := sessionOptions(rec.SessionDevices)
-	var client *rnbd.Client
-	var err error
-	switch spec.Transport {
-	case "rdma":
-		cfg := rtrs.ClientConfig{SessName: spec.SessName, Queues: rec.Queues, Policy: rtrs.MinInflight, MaxReconnectAttempts: -1}
-		for _, p := range spec.Paths {
-			cfg.Paths = append(cfg.Paths, rdmatr.PathAddr{Src: p.Src, Dst: net.JoinHostPort(p.Dst, strconv.Itoa(p.Port))})
-		}
-		client, err = rnbd.DialRDMA(ctx, cfg, opts...)
-	default:
-		cfg := tcp.ClientConfig{SessName: spec.SessName, Queues: rec.Queues, Policy: rtrs.MinInflight, MaxReconnectAttempts: -1}
-		for _, p := range spec.Paths {
-			cfg.Paths = append(cfg.Paths, tcp.PathAddr{Src: p.Src, Dst: net.JoinHostPort(p.Dst, strconv.Itoa(p.Port))})
-		}
-		client, err = rnbd.DialTCP(ctx, cfg, opts...)
-	}
+	client, err := clientd.Dial(ctx, spec, rec.Queues, rec.SessionDevices)
 	if err != nil {
-		return nil, fmt.Errorf("map: session %s to %v: %w", spec.SessName, spec.Paths, err)
+		return nil, err
 	}
 	sess := &daemonSession{spec: *spec, client: client}
 	d.sessions[spec.SessName] = sess
@@ -467,13 +371,13 @@ func (d *clientDaemon) dropIfUnused(sess *daemonSession) {
 
 // addDevice registers a mapped device and records it for a daemon that
 // may have to recover it (recoverDevices); d.mu is held.
-func (d *clientDaemon) addDevice(sess *daemonSession, rec *deviceRecord, dev *rnbd.Device) {
+func (d *clientDaemon) addDevice(sess *daemonSession, rec *clientd.Record, dev *rnbd.Device) {
 	sess.devs++
 	d.idle = false
 	id := dev.UblkDevice().ID()
 	d.devices[id] = &daemonDevice{spec: rec.Spec, sess: sess, dev: dev}
 	d.obs.addDevice(id)
-	if err := rec.save(id); err != nil {
+	if err := records().Save(id, rec); err != nil {
 		log.Printf("urnbd client daemon: %s cannot be recovered should this daemon die: %v", ublk.BlockPath(id), err)
 	}
 }
@@ -493,7 +397,7 @@ func (d *clientDaemon) unmapDev(id uint32, force bool) error {
 	d.obs.removeDevice(id)
 	err := dd.dev.Unmap(context.Background())
 	delete(d.devices, id)
-	os.Remove(recordPath(id))
+	records().Remove(id)
 	if dd.sess.devs--; dd.sess.devs == 0 {
 		// Closing the session tears down its paths' connections (RDMA
 		// disconnects wait for the peer): unmap need not wait for that.
@@ -507,12 +411,12 @@ func (d *clientDaemon) unmapDev(id uint32, force bool) error {
 	return err
 }
 
-func (d *clientDaemon) list() []listEntry {
+func (d *clientDaemon) list() []clientd.ListEntry {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	var out []listEntry
+	var out []clientd.ListEntry
 	for id, dd := range d.devices {
-		e := listEntry{Device: ublk.BlockPath(id), SessName: dd.spec.SessName, MapPath: dd.spec.DevicePath,
+		e := clientd.ListEntry{Device: ublk.BlockPath(id), SessName: dd.spec.SessName, MapPath: dd.spec.DevicePath,
 			AccessMode: dd.spec.AccessMode, State: "open", Transport: dd.spec.Transport}
 		if info, err := d.ctrl.DevInfo(id); (err == nil && info.State != ublk.StateLive) || !dd.dev.Open() {
 			e.State = "closed"

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"github.com/urnbd/urnbd/internal/clientd"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -65,25 +66,10 @@ func daemonize() error {
 		if len(f) > 1 {
 			msg = f[1]
 		}
-		return &reportedError{msg: msg, errno: unix.Errno(errno)}
+		return &clientd.Error{Msg: msg, Errno: unix.Errno(errno)}
 	}
 	cmd.Wait()
 	return fmt.Errorf("daemon exited before the device was up; see %s", daemonLog())
-}
-
-// reportedError is an error that a daemon reported: its text, and its errno
-// for the exit status.
-type reportedError struct {
-	msg   string
-	errno unix.Errno
-}
-
-func (e *reportedError) Error() string { return e.msg }
-func (e *reportedError) Unwrap() error {
-	if e.errno == 0 {
-		return nil
-	}
-	return e.errno
 }
 
 // notifyParent tells a waiting parent the outcome of setting up the device:

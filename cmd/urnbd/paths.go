@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/urnbd/urnbd/internal/clientd"
 	"net"
 	"os"
 	"strconv"
@@ -39,11 +40,11 @@ func pathCommand() *cli.Command {
 			if c.NArg() != 2 {
 				return fmt.Errorf("path add: want SESSNAME and [ip:SRC@]ip:DST: %w", unix.EINVAL)
 			}
-			mp, err := parsePathArg(c.Args().Get(1), c.Int("dest-port"))
+			mp, err := clientd.ParsePathArg(c.Args().Get(1), c.Int("dest-port"))
 			if err != nil {
 				return err
 			}
-			rep, err := askDaemon(&clientRequest{Op: "path", Session: c.Args().First(), PathOp: "add",
+			rep, err := askDaemon(&clientd.Request{Op: "path", Session: c.Args().First(), PathOp: "add",
 				Path: mp.Src + "@" + net.JoinHostPort(mp.Dst, strconv.Itoa(mp.Port))}, noSession(c.Args().First()))
 			if err != nil {
 				return fmt.Errorf("path add: %w", err)
@@ -66,7 +67,7 @@ func pathCommand() *cli.Command {
 				if c.NArg() != 2 {
 					return fmt.Errorf("path %s: want SESSNAME and PATH: %w", name, unix.EINVAL)
 				}
-				if _, err := askDaemon(&clientRequest{Op: "path", Session: c.Args().First(), PathOp: name, Path: c.Args().Get(1)}, noSession(c.Args().First())); err != nil {
+				if _, err := askDaemon(&clientd.Request{Op: "path", Session: c.Args().First(), PathOp: name, Path: c.Args().Get(1)}, noSession(c.Args().First())); err != nil {
 					return fmt.Errorf("path %s: %w", name, err)
 				}
 				return nil
@@ -112,7 +113,7 @@ func sessionCommand() *cli.Command {
 				if c.NArg() != 2 {
 					return fmt.Errorf("session set %s: want SESSNAME and %s: %w", key, args, unix.EINVAL)
 				}
-				if _, err := askDaemon(&clientRequest{Op: "session-set", Session: c.Args().First(), Key: key, Value: c.Args().Get(1)}, noSession(c.Args().First())); err != nil {
+				if _, err := askDaemon(&clientd.Request{Op: "session-set", Session: c.Args().First(), Key: key, Value: c.Args().Get(1)}, noSession(c.Args().First())); err != nil {
 					return fmt.Errorf("session set %s: %w", key, err)
 				}
 				return nil
@@ -135,10 +136,10 @@ func sessionCommand() *cli.Command {
 
 // askDaemon sends a request to a running daemon; with none running, the
 // error wraps ENOENT and says what is missing (none: nothing is mapped).
-func askDaemon(req *clientRequest, missing string) (*clientReply, error) {
-	rep, err := ask(req, haveRecords()) // a daemon that died left devices to recover: start one
+func askDaemon(req *clientd.Request, missing string) (*clientd.Reply, error) {
+	rep, err := ask(req, records().Any()) // a daemon that died left devices to recover: start one
 	if err != nil {
-		var re *reportedError
+		var re *clientd.Error
 		if !errors.As(err, &re) {
 			return nil, fmt.Errorf("%s (no client daemon on %s): %w", missing, clientSocket(), unix.ENOENT)
 		}
@@ -178,7 +179,7 @@ func findPath(s *daemonSession, name string) (int, error) {
 }
 
 // pathRequest carries out `urnbd path ...`; add returns the new index.
-func (d *clientDaemon) pathRequest(req *clientRequest) (string, error) {
+func (d *clientDaemon) pathRequest(req *clientd.Request) (string, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	s, err := d.session(req.Session)
@@ -205,7 +206,7 @@ func (d *clientDaemon) pathRequest(req *clientRequest) (string, error) {
 }
 
 // sessionSet carries out `urnbd session set KEY SESSNAME VALUE`.
-func (d *clientDaemon) sessionSet(req *clientRequest) error {
+func (d *clientDaemon) sessionSet(req *clientd.Request) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	s, err := d.session(req.Session)

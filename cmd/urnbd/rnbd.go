@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/urnbd/urnbd/internal/clientd"
 	"log"
 	"net"
 	"net/netip"
@@ -176,7 +177,7 @@ var mapFlags = append([]cli.Flag{
 	&cli.IntFlag{Name: "queues", Usage: "ublk queues of each device of a new session, each with its RTRS connection per path; 0 = one per CPU"},
 	&cli.IntFlag{Name: "depth", Value: ublk.DefaultQueueDepth, Usage: "requests in flight per queue"},
 	&cli.IntFlag{Name: "session-devices", Value: rnbd.DefaultMaxDevices, Usage: fmt.Sprintf("devices a new session maps at a time, 1..%d: each has its own RTRS connection per queue and path", rnbd.MaxDevicesLimit)},
-	&cli.StringFlag{Name: "transport", Value: defaultTransport, Usage: "rdma or tcp, for a new session (also transport= in the map string)"},
+	&cli.StringFlag{Name: "transport", Value: clientd.DefaultTransport, Usage: "rdma or tcp, for a new session (also transport= in the map string)"},
 }, daemonFlags...)
 
 // mapStringFlags are the flag form of the map string's keys.
@@ -222,7 +223,7 @@ func mapCommand() *cli.Command {
 			"--metrics-listen and --no-bpf apply when map starts the client daemon.",
 		Flags: append(append([]cli.Flag{}, mapStringFlags...), mapFlags...),
 		Action: func(c *cli.Context) error {
-			spec, err := parseMapString(mapStringFromFlags(c))
+			spec, err := clientd.ParseMapString(mapStringFromFlags(c))
 			if err != nil {
 				return err
 			}
@@ -263,7 +264,7 @@ func clientCommand() *cli.Command {
 							}
 						}
 						toks = append(append(toks, "path=ip:"+a[2]), paths...)
-						spec, err := parseMapString(toks)
+						spec, err := clientd.ParseMapString(toks)
 						if err != nil {
 							return err
 						}

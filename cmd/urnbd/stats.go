@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/urnbd/urnbd/internal/clientd"
 	"io"
 	"maps"
 	"os"
@@ -313,14 +314,18 @@ func outputFormat(c *cli.Context, def string) (string, error) {
 
 // fetchStats asks the client daemon for its statistics.
 func fetchStats(reset bool) (*statsReport, error) {
-	rep, err := askDaemon(&clientRequest{Op: "stats", Force: reset}, "no mapped device")
+	rep, err := askDaemon(&clientd.Request{Op: "stats", Force: reset}, "no mapped device")
 	if err != nil {
 		return nil, err
 	}
 	if rep.Stats == nil {
 		return nil, fmt.Errorf("client daemon sent no statistics: %w", unix.EPROTO)
 	}
-	return rep.Stats, nil
+	var st statsReport
+	if err := json.Unmarshal(rep.Stats, &st); err != nil {
+		return nil, fmt.Errorf("client daemon's statistics: %v: %w", err, unix.EPROTO)
+	}
+	return &st, nil
 }
 
 func statsCommand() *cli.Command {

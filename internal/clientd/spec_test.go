@@ -1,4 +1,4 @@
-package main
+package clientd
 
 import (
 	"errors"
@@ -8,7 +8,7 @@ import (
 )
 
 func TestParseMapString(t *testing.T) {
-	s, err := parseMapString([]string{"sessname=s1 path=ip:192.0.2.1@ip:192.0.2.2 dest_port=4000 path=ip:198.51.100.2 device_path=/dev/nullb0 access_mode=migration"})
+	s, err := ParseMapString([]string{"sessname=s1 path=ip:192.0.2.1@ip:192.0.2.2 dest_port=4000 path=ip:198.51.100.2 device_path=/dev/nullb0 access_mode=migration"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -21,7 +21,7 @@ func TestParseMapString(t *testing.T) {
 	if p := s.Paths[1]; p.Src != "" || p.Dst != "198.51.100.2" || p.Port != 4000 {
 		t.Errorf("path 1: %+v", p)
 	}
-	if s2, err := parseMapString([]string{"sessname=x", "path=ip:127.0.0.1,ip:127.0.0.2", "device_path=d"}); err != nil || s2.AccessMode != "rw" || s2.Paths[0].Src != "127.0.0.1" {
+	if s2, err := ParseMapString([]string{"sessname=x", "path=ip:127.0.0.1,ip:127.0.0.2", "device_path=d"}); err != nil || s2.AccessMode != "rw" || s2.Paths[0].Src != "127.0.0.1" {
 		t.Errorf("comma separator, default access mode: %+v %v", s2, err)
 	}
 	for _, in := range []string{
@@ -34,20 +34,20 @@ func TestParseMapString(t *testing.T) {
 		"sessname=x path=ip:127.0.0.1 device_path=d dest_port=70000",
 		"sessname=x path=ip:127.0.0.1 device_path", // no value
 	} {
-		if _, err := parseMapString([]string{in}); !errors.Is(err, unix.EINVAL) {
+		if _, err := ParseMapString([]string{in}); !errors.Is(err, unix.EINVAL) {
 			t.Errorf("%q: %v, want EINVAL", in, err)
 		}
 	}
 	// Whether a map string without path= is right depends on the session
 	// existing, which only the client daemon knows.
-	if s, err := parseMapString([]string{"sessname=x device_path=d"}); err != nil || len(s.Paths) != 0 {
+	if s, err := ParseMapString([]string{"sessname=x device_path=d"}); err != nil || len(s.Paths) != 0 {
 		t.Errorf("no path: %+v, %v; want no paths and no error", s, err)
 	}
 	seven := "sessname=x device_path=d"
 	for i := 0; i < 7; i++ {
 		seven += " path=ip:127.0.0.1"
 	}
-	if _, err := parseMapString([]string{seven}); !errors.Is(err, unix.ENOMEM) {
+	if _, err := ParseMapString([]string{seven}); !errors.Is(err, unix.ENOMEM) {
 		t.Errorf("7 paths: %v, want ENOMEM", err)
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package clientd
 
 import (
 	"fmt"
@@ -11,25 +11,38 @@ import (
 	"github.com/urnbd/urnbd/rnbd"
 )
 
-// mapSpec is what a map request names: the kernel's map_device string or
+// MapSpec is what a map request names: the kernel's map_device string or
 // the flag form say the same things.
-type mapSpec struct {
+type MapSpec struct {
 	SessName   string    `json:"sessname"`
-	Paths      []mapPath `json:"paths"`
+	Paths      []MapPath `json:"paths"`
 	DevicePath string    `json:"device_path"`
 	AccessMode string    `json:"access_mode"`
 	Transport  string    `json:"transport"`
-	mode       rnbd.AccessMode
+	// Mode is AccessMode parsed (ParseMapString, CheckMode).
+	Mode rnbd.AccessMode `json:"-"`
 }
 
-// mapPath is one path=[src@]dst with its port.
-type mapPath struct {
+// CheckMode parses AccessMode into Mode, for a spec that came as JSON.
+// Errors wrap EINVAL.
+func (s *MapSpec) CheckMode() error {
+	m, err := rnbd.ParseAccessMode(s.AccessMode)
+	if err != nil {
+		return fmt.Errorf("access_mode %q: %w", s.AccessMode, unix.EINVAL)
+	}
+	s.Mode = m
+	return nil
+}
+
+// MapPath is one path=[src@]dst with its port.
+type MapPath struct {
 	Src  string `json:"src,omitempty"`
 	Dst  string `json:"dst"`
 	Port int    `json:"port"`
 }
 
-func (p mapPath) String() string {
+// String returns the path in the kernel's syntax, ip:[src@]ip:dst.
+func (p MapPath) String() string {
 	s := "ip:" + p.Dst
 	if p.Src != "" {
 		s = "ip:" + p.Src + "@" + s
@@ -37,14 +50,14 @@ func (p mapPath) String() string {
 	return s
 }
 
-// parseMapString parses the kernel's map_device syntax (RNBD sysfs ABI):
+// ParseMapString parses the kernel's map_device syntax (RNBD sysfs ABI):
 // space-separated key=value tokens: sessname, path=[src@|,]dst (addresses
 // as ip:ADDR), device_path, access_mode, dest_port (applies to the paths
 // after it). Errors wrap EINVAL, as the kernel's.
-func parseMapString(tokens []string) (*mapSpec, error) {
-	s := &mapSpec{AccessMode: "rw"}
+func ParseMapString(tokens []string) (*MapSpec, error) {
+	s := &MapSpec{AccessMode: "rw"}
 	port := 1234
-	bad := func(format string, args ...any) (*mapSpec, error) {
+	bad := func(format string, args ...any) (*MapSpec, error) {
 		return nil, fmt.Errorf(format+": %w", append(args, unix.EINVAL)...)
 	}
 	for _, tok := range tokens {
@@ -76,7 +89,7 @@ func parseMapString(tokens []string) (*mapSpec, error) {
 				}
 				port = p
 			case "path":
-				mp, err := parsePathArg(v, port)
+				mp, err := ParsePathArg(v, port)
 				if err != nil {
 					return nil, err
 				}
@@ -104,19 +117,20 @@ func parseMapString(tokens []string) (*mapSpec, error) {
 	}
 	// No path= is fine for a session that exists (the kernel's rule): the
 	// client daemon knows whether it does, and answers ENXIO if not.
-	s.mode, _ = rnbd.ParseAccessMode(s.AccessMode)
+	s.Mode, _ = rnbd.ParseAccessMode(s.AccessMode)
 	return s, nil
 }
 
-// parsePathArg parses [src{@|,}]dst with addresses ip:ADDR (or plain).
-func parsePathArg(v string, port int) (mapPath, error) {
+// ParsePathArg parses one path, [src{@|,}]dst with addresses ip:ADDR (or
+// plain), to port. Errors wrap EINVAL.
+func ParsePathArg(v string, port int) (MapPath, error) {
 	var src, dst string
 	if i := strings.IndexAny(v, "@,"); i >= 0 {
 		src, dst = v[:i], v[i+1:]
 	} else {
 		dst = v
 	}
-	p := mapPath{Port: port}
+	p := MapPath{Port: port}
 	for _, a := range []struct {
 		in  string
 		out *string

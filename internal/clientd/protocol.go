@@ -1,0 +1,115 @@
+package clientd
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"syscall"
+)
+
+// The CLI sends the daemon one JSON Request per connection on a root-only
+// unix socket and reads one Reply.
+
+// Request is a request to the daemon.
+type Request struct {
+	Op     string   `json:"op"` // map, unmap, list, stats, path, session-set
+	Spec   *MapSpec `json:"spec,omitempty"`
+	Queues int      `json:"queues,omitempty"`
+	// SessionDevices is --session-devices: 0 when not given.
+	SessionDevices int    `json:"session_devices,omitempty"`
+	Depth          int    `json:"depth,omitempty"`
+	Device         uint32 `json:"device,omitempty"`
+	Force          bool   `json:"force,omitempty"`
+	// path and session-set requests
+	Session string `json:"session,omitempty"`
+	PathOp  string `json:"path_op,omitempty"`
+	Path    string `json:"path,omitempty"`
+	Key     string `json:"key,omitempty"`
+	Value   string `json:"value,omitempty"`
+}
+
+// Reply is the daemon's answer.
+type Reply struct {
+	Error   string      `json:"error,omitempty"`
+	Errno   int         `json:"errno,omitempty"`
+	Device  string      `json:"device,omitempty"`
+	Devices []ListEntry `json:"devices,omitempty"`
+	// Stats is the stats request's report, as the daemon encoded it.
+	Stats json.RawMessage `json:"stats,omitempty"`
+}
+
+// ListEntry is one mapped device, as list shows it.
+type ListEntry struct {
+	Device     string   `json:"devname"`
+	SessName   string   `json:"sessname"`
+	MapPath    string   `json:"mapping_path"`
+	AccessMode string   `json:"access_mode"`
+	State      string   `json:"state"`
+	Paths      []string `json:"paths"`
+	Transport  string   `json:"transport"`
+}
+
+// Error is an error that a daemon reported: its text, and its errno (0
+// for none), which errors.Is finds.
+type Error struct {
+	Msg   string
+	Errno syscall.Errno
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+// Unwrap returns the errno, or nil.
+func (e *Error) Unwrap() error {
+	if e.Errno == 0 {
+		return nil
+	}
+	return e.Errno
+}
+
+// Ask sends req to the daemon listening on socket and returns its reply;
+// an error the daemon reported is an *Error.
+func Ask(socket string, req *Request) (*Reply, error) {
+	conn, err := net.Dial("unix", socket)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	if err := json.NewEncoder(conn).Encode(req); err != nil {
+		return nil, err
+	}
+	var rep Reply
+	if err := json.NewDecoder(conn).Decode(&rep); err != nil {
+		return nil, fmt.Errorf("client daemon: no answer: %w", err)
+	}
+	if rep.Error != "" {
+		return nil, &Error{Msg: rep.Error, Errno: syscall.Errno(rep.Errno)}
+	}
+	return &rep, nil
+}
+
+// Serve reads one request from conn, has handle answer it and writes the
+// reply: handle's error goes into it, with its errno if it wraps one. A
+// request that does not decode gets an EINVAL reply.
+func Serve(conn net.Conn, handle func(*Request) (*Reply, error)) {
+	defer conn.Close()
+	var req Request
+	var rep *Reply
+	err := json.NewDecoder(conn).Decode(&req)
+	if err != nil {
+		err = fmt.Errorf("client daemon: bad request: %v: %w", err, syscall.EINVAL)
+	} else {
+		rep, err = handle(&req)
+	}
+	if rep == nil {
+		rep = &Reply{}
+	}
+	if err != nil {
+		rep.Error = err.Error()
+		var errno syscall.Errno
+		if errors.As(err, &errno) {
+			rep.Errno = int(errno)
+		}
+	}
+	_ = json.NewEncoder(conn).Encode(rep)
+}

@@ -1,0 +1,81 @@
+package clientd
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"syscall"
+
+	"github.com/urnbd/urnbd/rnbd"
+	"github.com/urnbd/urnbd/rtrs"
+)
+
+// DefaultTransport is the transport of a new session whose map request
+// names none.
+const DefaultTransport = "tcp"
+
+// Dial opens the RNBD session that a map request makes: over spec's
+// transport (DefaultTransport if none, which it fills in) and paths, with
+// queues per-CPU queues (0: one per CPU) and room for devices mapped
+// devices (0: rnbd's default). Errors wrap ENXIO for a spec without paths.
+func Dial(ctx context.Context, spec *MapSpec, queues, devices int) (*rnbd.Client, error) {
+	if len(spec.Paths) == 0 {
+		return nil, fmt.Errorf("map: no session %s, and no path= to make it with: %w", spec.SessName, syscall.ENXIO)
+	}
+	if spec.Transport == "" {
+		spec.Transport = DefaultTransport
+	}
+	cfg := rtrs.ClientConfig{SessName: spec.SessName, Queues: queues, Policy: rtrs.MinInflight, MaxReconnectAttempts: -1}
+	for _, p := range spec.Paths {
+		cfg.Paths = append(cfg.Paths, rtrs.PathAddr{Src: p.Src, Dst: net.JoinHostPort(p.Dst, strconv.Itoa(p.Port))})
+	}
+	var opts []rnbd.DialOption
+	if devices != 0 {
+		opts = append(opts, rnbd.WithMaxDevices(devices))
+	}
+	var c *rnbd.Client
+	var err error
+	switch spec.Transport {
+	case "rdma":
+		c, err = rnbd.DialRDMA(ctx, cfg, opts...)
+	case "tcp":
+		c, err = rnbd.DialTCP(ctx, cfg, opts...)
+	default:
+		return nil, fmt.Errorf("map: transport %q: want tcp or rdma: %w", spec.Transport, syscall.EINVAL)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("map: session %s to %v: %w", spec.SessName, spec.Paths, err)
+	}
+	return c, nil
+}
+
+// Session is what Fits needs to know of an open session.
+type Session struct {
+	Spec       MapSpec // the map request that opened it
+	Queues     int
+	MaxDevices int
+}
+
+// Fits checks a map request for another device of session s. As the
+// kernel does, it ignores the request's paths (the session's may have
+// changed since, by path add and remove); a transport, queue count or
+// device count that differs from the session's is an error (EINVAL)
+// rather than silently not what was asked for. It fills in the session's
+// transport.
+func (s *Session) Fits(spec *MapSpec, queues, devices int) error {
+	if spec.Transport != "" && spec.Transport != s.Spec.Transport {
+		return fmt.Errorf("map: session %s runs over %s, not %s; map with another sessname for %s: %w",
+			s.Spec.SessName, s.Spec.Transport, spec.Transport, spec.Transport, syscall.EINVAL)
+	}
+	if queues != 0 && queues != s.Queues {
+		return fmt.Errorf("map: session %s has %d queues, not %d; map with another sessname for %d: %w",
+			s.Spec.SessName, s.Queues, queues, queues, syscall.EINVAL)
+	}
+	if devices != 0 && devices != s.MaxDevices {
+		return fmt.Errorf("map: session %s maps up to %d devices, not %d; map with another sessname for %d: %w",
+			s.Spec.SessName, s.MaxDevices, devices, devices, syscall.EINVAL)
+	}
+	spec.Transport = s.Spec.Transport
+	return nil
+}
