@@ -55,8 +55,10 @@
 // and the wake-up of queues that starve for one); Mailbox carries control
 // messages to a queue's thread. A transport (rtrs/tcp, rtrs/rdmatr)
 // supplies a Carrier: path selection and sending. PathAddr, the path
-// states, Params (ConnRsp.Params), CheckClientSession and ClientTimers are
-// shared the same way.
+// states, Params (ConnRsp.Params) and ClientConfig are shared the same
+// way, and Queue is the interface of both transports' client queues. The
+// client session itself (paths, their state machine, the path API) is
+// rtrs/internal/session, which both transports embed.
 //
 // # Failover and the server's chunks
 //

@@ -1,10 +1,16 @@
 // Package rdmatr carries RTRS over RDMA (rdma CM + verbs, package rdma),
-// wire-compatible with the Linux 6.12 kernel's RTRS 2.0. Its API has the
-// shape of package rtrs/tcp, so that RNBD can sit on either transport:
-// a Client with per-queue ClientQueues (Submit, Done callbacks on the
-// queue's thread, Run with its own io_uring or Attach/HandleCQE/Flush on
-// an external one, and Detach when that loop stops) and a Server with a
-// ServerHandler and ServerIO.Complete.
+// wire-compatible with the Linux 6.12 kernel's RTRS 2.0. Its API is that
+// of package rtrs/tcp, so that RNBD can sit on either transport: a Client
+// whose path API is the shared session layer's (rtrs/internal/session:
+// paths, reconnects, heartbeats, fences), with per-queue ClientQueues
+// (rtrs.Queue: Submit, Done callbacks on the queue's thread, Run with its
+// own io_uring or Attach/HandleCQE/Flush on an external one, and Detach
+// when that loop stops), and a Server with a ServerHandler and
+// ServerIO.Complete. This package supplies only what RDMA does: connect
+// (client_connect.go), the service connection (client_service.go), the
+// connection sets and registered memory (client_conns.go, region.go), the
+// queues' datapath (client_queue.go) and the server's stages
+// (server_accept.go, server_path.go, server_io.go).
 //
 // # Connection setup
 //
@@ -12,11 +18,11 @@
 // queue (cid 1..Queues), each an RC QP with its own completion channel and
 // CQ. The client resolves address and route and connects the cids one
 // after another, with the 56-byte rtrs.ConnReq as private data (cid_num =
-// Queues+1, path and session UUIDs, first_conn always set; the kernel
-// clears it on the very first cid 0 of a path added to a live session,
-// which only matters to a server that lost the session). The server
-// answers with rtrs.ConnRsp (queue_depth, max_io_size = chunk − max_hdr,
-// max_hdr_size, flags 0) in rdma_accept, or rejects with the negative
+// Queues+1, path and session UUIDs, first_conn set but on the connects
+// of a path added to a live session before it ever connected, as the
+// kernel). The server answers with rtrs.ConnRsp (queue_depth, max_io_size
+// = chunk − max_hdr, max_hdr_size, flags 0, or rtrs.FlagFence to a client
+// that asked for fencing) in rdma_accept, or rejects with the negative
 // errno in the same structure. When all cids are up the client SENDs
 // INFO_REQ on cid 0 and the server SENDs INFO_RSP with one descriptor
 // covering its whole chunk pool (queue_depth × chunk, mmap'd and registered
