@@ -1,12 +1,11 @@
 package tcp
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math/rand"
+	"github.com/urnbd/urnbd/rtrs/internal/sessiontest"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -265,117 +264,13 @@ func dialTestConfig(t *testing.T, cfg ClientConfig) *Client {
 	return c
 }
 
-// verifier keeps slots requests in flight on one queue: each slot writes
-// fresh random data to its own region, reads it back and compares, rounds
-// times. It runs on the queue's thread.
-type verifier struct {
-	q       *ClientQueue
-	base    int
-	size    int
-	rounds  int
-	reqs    []Request
-	want    [][]byte
-	usr     [][8]byte
-	left    []int
-	rng     *rand.Rand
-	running int
-	errs    []string
-	done    chan struct{}
-	ops     atomic.Int64
-}
-
-func newVerifier(slots, size, rounds, base int) *verifier {
-	v := &verifier{base: base, size: size, rounds: rounds, reqs: make([]Request, slots), want: make([][]byte, slots),
-		usr: make([][8]byte, slots), left: make([]int, slots), rng: rand.New(rand.NewSource(int64(base))), done: make(chan struct{})}
-	for i := range v.reqs {
-		v.want[i] = make([]byte, size)
-		v.reqs[i].Data = make([]byte, size)
-		v.reqs[i].Tag = uint64(i)
-		v.reqs[i].Done = v.onDone
-		v.left[i] = rounds
-	}
-	return v
-}
-
-func (v *verifier) start(q *ClientQueue) {
-	v.q = q
-	v.running = len(v.reqs)
-	for i := range v.reqs {
-		v.write(i)
-	}
-}
-
-func (v *verifier) write(i int) {
-	r := &v.reqs[i]
-	v.rng.Read(v.want[i])
-	copy(r.Data, v.want[i])
-	binary.LittleEndian.PutUint64(v.usr[i][:], uint64(v.base+i*v.size))
-	r.Write, r.Usr = true, v.usr[i][:]
-	if err := v.q.Submit(r); err != nil {
-		v.fail(fmt.Sprintf("submit: %v", err))
-	}
-}
-
-func (v *verifier) fail(s string) {
-	v.errs = append(v.errs, s)
-}
-
-func (v *verifier) onDone(r *Request, errno int) {
-	i := int(r.Tag)
-	v.ops.Add(1)
-	if errno != 0 {
-		v.fail(fmt.Sprintf("slot %d: errno %d", i, errno))
-		v.end()
-		return
-	}
-	if r.Write {
-		clear(r.Data)
-		r.Write = false
-		if err := v.q.Submit(r); err != nil {
-			v.fail(fmt.Sprintf("submit: %v", err))
-		}
-		return
-	}
-	if !bytes.Equal(r.Data, v.want[i]) {
-		v.fail(fmt.Sprintf("slot %d: read back differs from what was written", i))
-	}
-	v.left[i]--
-	if v.left[i] == 0 {
-		v.end()
-		return
-	}
-	v.write(i)
-}
-
-func (v *verifier) end() {
-	v.running--
-	if v.running == 0 {
-		close(v.done)
-	}
-}
-
-func (v *verifier) wait(t *testing.T, d time.Duration, diag ...func() string) {
-	t.Helper()
-	select {
-	case <-v.done:
-	case <-time.After(d):
-		more := ""
-		for _, f := range diag {
-			more += f()
-		}
-		t.Fatalf("verifier not done after %v (%d ops) %s", d, v.ops.Load(), more)
-	}
-	if len(v.errs) > 0 {
-		t.Fatalf("%d errors, first: %s", len(v.errs), v.errs[0])
-	}
-}
-
-func runVerifiers(c *Client, slots, size, rounds int) []*verifier {
-	var vs []*verifier
+// runVerifiers runs a verifier (sessiontest.Verifier) on every queue.
+func runVerifiers(c *Client, slots, size, rounds int) []*sessiontest.Verifier {
+	var vs []*sessiontest.Verifier
 	for i := 0; i < c.Queues(); i++ {
-		v := newVerifier(slots, size, rounds, i*slots*size)
+		v := sessiontest.NewVerifier(c.Queue(i), make([]byte, slots*size), i*slots*size, slots, size, rounds)
 		vs = append(vs, v)
-		onQueue(c.Queue(i), v.start)
+		c.Queue(i).Do(v.Start)
 	}
 	return vs
 }
@@ -389,7 +284,7 @@ func TestSessionReadWriteVerified(t *testing.T) {
 	}
 	for _, size := range []int{512, 4096, 60 << 10} {
 		for _, v := range runVerifiers(c, 8, size, 20) {
-			v.wait(t, 20*time.Second)
+			v.Wait(t, 20*time.Second)
 		}
 	}
 	if c.Permits().InUse() != 0 {
@@ -419,7 +314,7 @@ func TestSessionFailoverWhenPathDies(t *testing.T) {
 	vs := runVerifiers(c, 16, 48<<10, 200) // large: answers are received straight into their buffers
 	// Let I/O run on both paths, then kill path A for good.
 	deadline := time.Now().Add(10 * time.Second)
-	for vs[0].ops.Load() < 200 && time.Now().Before(deadline) {
+	for vs[0].Ops() < 200 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	// Hold path A's traffic in the proxy, so that requests are surely in
@@ -460,7 +355,7 @@ func TestSessionFailoverWhenPathDies(t *testing.T) {
 		return out
 	}
 	for _, v := range vs {
-		v.wait(t, 30*time.Second, diag)
+		v.Wait(t, 30*time.Second, diag)
 	}
 	if b.count(addrB) <= onB {
 		t.Error("no request went over path B after A died")
@@ -502,7 +397,7 @@ func TestSessionHoldsIOAfterServerRestart(t *testing.T) {
 	}
 	c := dialTestConfig(t, cfg)
 	for _, v := range runVerifiers(c, 4, 4096, 5) {
-		v.wait(t, 20*time.Second)
+		v.Wait(t, 20*time.Second)
 	}
 	waitEvent := func(want rtrs.LinkEvent) {
 		t.Helper()
@@ -539,18 +434,13 @@ func TestSessionHoldsIOAfterServerRestart(t *testing.T) {
 	c.ResumeIO(0) // an older reconnect's
 	time.Sleep(300 * time.Millisecond)
 	for i, v := range vs {
-		select {
-		case <-v.done:
-			t.Fatalf("queue %d's requests completed while IO was held", i)
-		default:
-		}
-		if n := v.ops.Load(); n != 0 {
+		if n := v.Ops(); n != 0 {
 			t.Fatalf("queue %d completed %d requests while IO was held", i, n)
 		}
 	}
 	c.ResumeIO(1)
 	for _, v := range vs {
-		v.wait(t, 20*time.Second, func() string {
+		v.Wait(t, 20*time.Second, func() string {
 			return fmt.Sprintf("gen %d, %d more events, paths %+v", gen.Load(), len(events), c.Paths())
 		})
 	}
@@ -577,9 +467,9 @@ func TestSessionPolicies(t *testing.T) {
 			}
 			c := dialTest(t, tc.policy, 1, pa.addr(), pb.addr())
 			time.Sleep(300 * time.Millisecond) // a few heartbeats: latencies known
-			v := newVerifier(8, 4096, 50, 0)
-			onQueue(c.Queue(0), v.start)
-			v.wait(t, 60*time.Second)
+			v := sessiontest.NewVerifier(c.Queue(0), make([]byte, 8*4096), 0, 8, 4096, 50)
+			c.Queue(0).Do(v.Start)
+			v.Wait(t, 60*time.Second)
 			a, bb := b.count(addrA), b.count(addrB)
 			t.Logf("%s: path A %d requests, path B %d", tc.policy.Name(), a, bb)
 			if !tc.check(a, bb) {
@@ -617,7 +507,7 @@ func TestSessionBackPressure(t *testing.T) {
 	}
 	b.release()
 	for _, v := range vs {
-		v.wait(t, 30*time.Second)
+		v.Wait(t, 30*time.Second)
 	}
 	if p := b.peak.Load(); p > sessQD {
 		t.Fatalf("server saw %d requests at once, more than the queue depth %d", p, sessQD)

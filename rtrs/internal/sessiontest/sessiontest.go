@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -109,21 +110,14 @@ func carried(c Client, idx int) uint64 {
 // compares, rounds times per slot, and fails the test on any error.
 func verify(t *testing.T, c Client, rounds int) {
 	t.Helper()
-	var vs []*verifier
+	var vs []*Verifier
 	for i := 0; i < c.Queues(); i++ {
-		v := newVerifier(c.Queue(i), c.Memory()[i*64<<10:(i+1)*64<<10], i*64<<10, 4, 4096, rounds)
+		v := NewVerifier(c.Queue(i), c.Memory()[i*64<<10:(i+1)*64<<10], i*64<<10, 4, 4096, rounds)
 		vs = append(vs, v)
-		v.q.Do(v.start)
+		c.Queue(i).Do(v.Start)
 	}
 	for _, v := range vs {
-		select {
-		case <-v.done:
-		case <-time.After(60 * time.Second):
-			t.Fatalf("I/O not done after 60 s; paths %+v", c.Paths())
-		}
-		if len(v.errs) > 0 {
-			t.Fatalf("%d I/O errors, first: %s", len(v.errs), v.errs[0])
-		}
+		v.Wait(t, 60*time.Second, func() string { return fmt.Sprintf("; paths %+v", c.Paths()) })
 	}
 }
 
@@ -272,10 +266,11 @@ func testServerRestart(t *testing.T, env Env) {
 	}
 }
 
-// verifier keeps slots requests in flight on one queue: each slot writes
-// fresh random data to its own place, reads it back and compares, rounds
-// times. It runs on the queue's thread.
-type verifier struct {
+// Verifier keeps slots requests in flight on one queue: each slot writes
+// fresh random data to its own place (user message: the le64 offset
+// base + slot×size), reads it back and compares, rounds times. It runs on
+// the queue's thread (Start).
+type Verifier struct {
 	q       rtrs.Queue
 	base    int
 	size    int
@@ -287,10 +282,13 @@ type verifier struct {
 	running int
 	errs    []string
 	done    chan struct{}
+	ops     atomic.Int64
 }
 
-func newVerifier(q rtrs.Queue, mem []byte, base, slots, size, rounds int) *verifier {
-	v := &verifier{q: q, base: base, size: size, reqs: make([]rtrs.Request, slots), want: make([][]byte, slots),
+// NewVerifier makes a verifier on q whose request data lies in mem
+// (slots × size bytes at least).
+func NewVerifier(q rtrs.Queue, mem []byte, base, slots, size, rounds int) *Verifier {
+	v := &Verifier{q: q, base: base, size: size, reqs: make([]rtrs.Request, slots), want: make([][]byte, slots),
 		usr: make([][8]byte, slots), left: make([]int, slots), rng: rand.New(rand.NewSource(time.Now().UnixNano())), done: make(chan struct{})}
 	for i := range v.reqs {
 		v.want[i] = make([]byte, size)
@@ -302,14 +300,37 @@ func newVerifier(q rtrs.Queue, mem []byte, base, slots, size, rounds int) *verif
 	return v
 }
 
-func (v *verifier) start() {
+// Start submits every slot's first write; call it on the queue's thread
+// (q.Do(v.Start)).
+func (v *Verifier) Start() {
 	v.running = len(v.reqs)
 	for i := range v.reqs {
 		v.write(i)
 	}
 }
 
-func (v *verifier) write(i int) {
+// Ops returns how many requests have completed.
+func (v *Verifier) Ops() int64 { return v.ops.Load() }
+
+// Wait waits until every slot is done, at most d, and fails the test on
+// any error; diag adds to the message of a verifier not done in time.
+func (v *Verifier) Wait(t testing.TB, d time.Duration, diag ...func() string) {
+	t.Helper()
+	select {
+	case <-v.done:
+	case <-time.After(d):
+		more := ""
+		for _, f := range diag {
+			more += f()
+		}
+		t.Fatalf("I/O not done after %v (%d requests completed) %s", d, v.ops.Load(), more)
+	}
+	if len(v.errs) > 0 {
+		t.Fatalf("%d I/O errors, first: %s", len(v.errs), v.errs[0])
+	}
+}
+
+func (v *Verifier) write(i int) {
 	r := &v.reqs[i]
 	v.rng.Read(v.want[i])
 	copy(r.Data, v.want[i])
@@ -321,8 +342,9 @@ func (v *verifier) write(i int) {
 	}
 }
 
-func (v *verifier) onDone(r *rtrs.Request, errno int) {
+func (v *Verifier) onDone(r *rtrs.Request, errno int) {
 	i := int(r.Tag)
+	v.ops.Add(1)
 	if errno != 0 {
 		v.errs = append(v.errs, fmt.Sprintf("slot %d: errno %d", i, errno))
 		v.end()
@@ -347,7 +369,7 @@ func (v *verifier) onDone(r *rtrs.Request, errno int) {
 	v.write(i)
 }
 
-func (v *verifier) end() {
+func (v *Verifier) end() {
 	if v.running--; v.running == 0 {
 		close(v.done)
 	}
