@@ -56,6 +56,12 @@ func (s *rdmaServer) Paths() []rtrs.PathAddr {
 
 func (s *rdmaServer) Stop() { s.srv.Close() }
 
+func (s *rdmaServer) FailPath(i int) {
+	if n := s.srv.DisconnectPaths(s.addrs[i].Addr()); n == 0 {
+		s.t.Errorf("FailPath(%d): the server has no path on %v", i, s.addrs[i])
+	}
+}
+
 func (s *rdmaServer) Start() { s.listen(append([]netip.AddrPort(nil), s.addrs...)...) }
 
 // rdmaClient is a Client with the suite's view of its queues and memory.

@@ -181,6 +181,17 @@ func (p *proxy) pipe(dst, src net.Conn) {
 	src.Close()
 }
 
+// cut closes every connection through the proxy; new ones are accepted.
+func (p *proxy) cut() {
+	p.mu.Lock()
+	conns := p.conns
+	p.conns = nil
+	p.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
+}
+
 // kill closes the proxy and every connection through it: the path dies and
 // cannot reconnect.
 func (p *proxy) kill() {

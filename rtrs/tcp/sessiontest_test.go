@@ -15,12 +15,14 @@ func TestSessionSuite(t *testing.T) { sessiontest.Run(t, tcpEnv{}) }
 
 type tcpEnv struct{}
 
-// tcpServer is a memory server on two loopback ports.
+// tcpServer is a memory server on two loopback ports, each path through
+// a proxy (which FailPath cuts).
 type tcpServer struct {
-	t     *testing.T
-	b     *memBackend
-	srv   *Server
-	addrs []string
+	t       *testing.T
+	b       *memBackend
+	srv     *Server
+	addrs   []string
+	proxies []*proxy
 }
 
 func (tcpEnv) NewServer(t *testing.T) sessiontest.Server {
@@ -28,12 +30,15 @@ func (tcpEnv) NewServer(t *testing.T) sessiontest.Server {
 	var a string
 	s.srv, a = startIOServer(t, s.b, "127.0.0.1:0")
 	s.addrs = []string{a, addListener(t, s.srv)}
+	s.proxies = []*proxy{startProxy(t, s.addrs[0]), startProxy(t, s.addrs[1])}
 	return s
 }
 
 func (s *tcpServer) Paths() []rtrs.PathAddr {
-	return []rtrs.PathAddr{{Src: "127.0.0.1", Dst: s.addrs[0]}, {Src: "127.0.0.1", Dst: s.addrs[1]}}
+	return []rtrs.PathAddr{{Src: "127.0.0.1", Dst: s.proxies[0].addr()}, {Src: "127.0.0.1", Dst: s.proxies[1].addr()}}
 }
+
+func (s *tcpServer) FailPath(i int) { s.proxies[i].cut() }
 
 func (s *tcpServer) Stop() { s.srv.Close() }
 
