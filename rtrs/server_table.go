@@ -319,7 +319,11 @@ func (t *ServerTable) Establish(p *ServerPath, name string) error {
 			<-other.released
 			continue
 		}
-		sess.name = name
+		if sess.name == "" {
+			// Written once: the serving paths read it without a lock
+			// (a later path's rewrite of the same name raced them).
+			sess.name = name
+		}
 		t.byName[name] = sess
 		p.deadline.Stop()
 		p.state.Store(int32(ServerPathConnected))
