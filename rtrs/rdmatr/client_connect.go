@@ -39,6 +39,9 @@ func (t *transport) Connect(ctx context.Context, p *session.Path) (_ session.Con
 	}
 	cidNum := cfg.CIDNum()
 	for cid := 0; cid < cidNum; cid++ {
+		if err := ctx.Err(); err != nil { // the session closing
+			return nil, fmt.Errorf("rtrs/rdmatr: cid %d: %w", cid, err)
+		}
 		to := cfg.Timeout
 		if d, ok := ctx.Deadline(); ok {
 			if to = time.Until(d); to <= 0 {

@@ -70,7 +70,10 @@ type Session struct {
 	policy  rtrs.MPPolicy
 	closed  atomic.Bool
 	closing chan struct{} // closed by Close
-	wg      sync.WaitGroup
+	// stop is cancelled by Close: it ends the connect attempts under way.
+	stop       context.Context
+	cancelStop context.CancelFunc
+	wg         sync.WaitGroup
 }
 
 // New makes a session for tr from cfg, which must be checked
@@ -78,6 +81,7 @@ type Session struct {
 func New(cfg rtrs.ClientConfig, tr Transport) (*Session, error) {
 	c := &Session{cfg: cfg, tr: tr, policy: cfg.Policy, link: rtrs.NewLink(cfg.HoldIOOnReconnect, cfg.OnLinkEvent),
 		closing: make(chan struct{})}
+	c.stop, c.cancelStop = context.WithCancel(context.Background())
 	if err := c.maxRecon.Set(cfg.MaxReconnectAttempts); err != nil {
 		return nil, err
 	}
@@ -329,6 +333,7 @@ func (c *Session) Close() bool {
 		return false
 	}
 	close(c.closing)
+	c.cancelStop()
 	paths := append([]*Path(nil), c.paths...)
 	c.mu.Unlock()
 	for _, p := range paths {

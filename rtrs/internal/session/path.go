@@ -273,7 +273,7 @@ func (p *Path) connect() (Conn, uint64, error) {
 	c := p.c
 	p.attempt++
 	p.reconCnt++
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Timeout)
+	ctx, cancel := context.WithTimeout(c.stop, c.cfg.Timeout) // Close ends it too
 	defer cancel()
 	conn, err := c.tr.Connect(ctx, p)
 	if err != nil {

@@ -488,6 +488,12 @@ func TestCloseEndsEveryPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A path whose connect hangs: Close ends the attempt, not its timeout.
+	if _, err := s.API().AddPath(rtrs.PathAddr{Dst: "hang"}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	t0 := time.Now()
 	done := make(chan bool)
 	go func() { done <- s.Close() }()
 	select {
@@ -497,6 +503,9 @@ func TestCloseEndsEveryPath(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Close did not return")
+	}
+	if el := time.Since(t0); el > testConfig("a").Timeout/2 {
+		t.Errorf("Close took %v with a connect under way; want it ended at once", el)
 	}
 	if s.Close() {
 		t.Error("a second Close closed it again")
