@@ -40,17 +40,16 @@ func records() clientd.Records { return clientd.Records{Dir: filepath.Join(runDi
 // With start, daemonArgs are the options it is started with.
 func ask(req *clientd.Request, start bool, daemonArgs ...string) (*clientd.Reply, error) {
 	rep, err := clientd.Ask(clientSocket(), req)
-	var re *clientd.Error
-	if start && (errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ECONNREFUSED)) && !errors.As(err, &re) {
-		// No daemon listens (only then: a request that one took is never
-		// sent twice).
+	if start && errors.Is(err, clientd.ErrNoDaemon) {
+		// Only then: a request that a daemon took is never sent twice.
 		if err := startClientDaemon(daemonArgs...); err != nil {
 			return nil, err
 		}
 		rep, err = clientd.Ask(clientSocket(), req)
 	}
-	if err != nil && !errors.As(err, &re) && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ECONNREFUSED) {
-		err = fmt.Errorf("%w (see %s)", err, daemonLog())
+	var re *clientd.Error
+	if err != nil && !errors.As(err, &re) && !errors.Is(err, clientd.ErrNoDaemon) {
+		err = fmt.Errorf("%w (see %s)", err, daemonLog()) // it took the request and did not answer
 	}
 	return rep, err
 }

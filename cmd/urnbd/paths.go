@@ -138,11 +138,8 @@ func sessionCommand() *cli.Command {
 // error wraps ENOENT and says what is missing (none: nothing is mapped).
 func askDaemon(req *clientd.Request, missing string) (*clientd.Reply, error) {
 	rep, err := ask(req, records().Any()) // a daemon that died left devices to recover: start one
-	if err != nil {
-		var re *clientd.Error
-		if !errors.As(err, &re) {
-			return nil, fmt.Errorf("%s (no client daemon on %s): %w", missing, clientSocket(), unix.ENOENT)
-		}
+	if errors.Is(err, clientd.ErrNoDaemon) {
+		return nil, fmt.Errorf("%s (no client daemon on %s): %w", missing, clientSocket(), unix.ENOENT)
 	}
 	return rep, err
 }

@@ -128,8 +128,8 @@ func TestProtocol(t *testing.T) {
 	}
 	// No daemon: the dial error says so (ENOENT), which the CLI uses to
 	// start one.
-	if _, err := Ask(filepath.Join(t.TempDir(), "none.sock"), &Request{Op: "list"}); !errors.Is(err, syscall.ENOENT) || errors.As(err, &de) {
-		t.Errorf("no daemon: %v, want ENOENT from the dial", err)
+	if _, err := Ask(filepath.Join(t.TempDir(), "none.sock"), &Request{Op: "list"}); !errors.Is(err, ErrNoDaemon) || !errors.Is(err, syscall.ENOENT) || errors.As(err, &de) {
+		t.Errorf("no daemon: %v, want ErrNoDaemon and ENOENT from the dial", err)
 	}
 }
 

@@ -67,12 +67,17 @@ func (e *Error) Unwrap() error {
 	return e.Errno
 }
 
+// ErrNoDaemon is what Ask's error wraps when no daemon listens on the
+// socket (nothing sent: a request is never half sent to a daemon).
+var ErrNoDaemon = errors.New("no client daemon")
+
 // Ask sends req to the daemon listening on socket and returns its reply;
-// an error the daemon reported is an *Error.
+// an error the daemon reported is an *Error, and one for a socket that
+// nobody listens on wraps ErrNoDaemon (and the dial's errno).
 func Ask(socket string, req *Request) (*Reply, error) {
 	conn, err := net.Dial("unix", socket)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w on %s: %w", ErrNoDaemon, socket, err)
 	}
 	defer conn.Close()
 	if err := json.NewEncoder(conn).Encode(req); err != nil {

@@ -54,8 +54,7 @@ type Client struct {
 	s         *session.Session
 	params    Params         // the session's, fixed by the first connect (Start)
 	queueSet  *rtrs.QueueSet // permits, shared by the queues
-	queues    []*ClientQueue // set by Start, before any path connects
-	queuesMu  sync.Mutex     // queues, for path goroutines that run before Start
+	queues    []*ClientQueue // set by Start, before the session layer tells them anything
 	region    []byte
 	ownRegion bool
 	partSize  int           // bytes per region part: RegionPartSize, or the whole region
@@ -135,11 +134,10 @@ func (c *Client) Close() error {
 	if !c.s.Close() {
 		return nil
 	}
-	qs := c.queueList()
-	for _, q := range qs {
+	for _, q := range c.queues {
 		q.post(qmsg{kind: msgClose})
 	}
-	for _, q := range qs {
+	for _, q := range c.queues {
 		if q.started.Load() {
 			<-q.exited
 		}
@@ -156,13 +154,6 @@ func (c *Client) freeMem() {
 	}
 	munmap(c.hdr)
 	c.hdr = nil
-}
-
-// queueList returns the queues, none before the first connect.
-func (c *Client) queueList() []*ClientQueue {
-	c.queuesMu.Lock()
-	defer c.queuesMu.Unlock()
-	return c.queues
 }
 
 // CheckPath implements session.Transport.
@@ -204,29 +195,27 @@ func (t *transport) Start(params Params) (err error) {
 		qs[cfg.Queues].unheld = true
 		qs[cfg.Queues].reqs.SetAdmin()
 	}
-	c.queuesMu.Lock()
 	c.queues = qs
-	c.queuesMu.Unlock()
 	return nil
 }
 
 // WakeQueues implements session.Transport.
 func (t *transport) WakeQueues() {
-	for _, q := range (*Client)(t).queueList() {
+	for _, q := range t.queues {
 		q.post(qmsg{kind: msgRetry})
 	}
 }
 
 // Fenced implements session.Transport.
 func (t *transport) Fenced(p *session.Path, gen uint64) {
-	for _, q := range (*Client)(t).queueList() {
+	for _, q := range t.queues {
 		q.post(qmsg{kind: msgFenced, path: p, gen: gen})
 	}
 }
 
 // SetPolicy implements session.Transport.
 func (t *transport) SetPolicy(pol rtrs.MPPolicy) {
-	for _, q := range (*Client)(t).queueList() {
+	for _, q := range t.queues {
 		q.post(qmsg{kind: msgPolicy, policy: pol})
 	}
 }

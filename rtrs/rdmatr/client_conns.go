@@ -50,7 +50,7 @@ func (pc *pathConns) Attach(gen uint64) (err error) {
 	if pc.hdrMR, err = pc.pd.RegMR(c.hdr[:cap(c.hdr)], rdma.AccessLocalWrite); err != nil {
 		return err
 	}
-	qs := c.queueList()
+	qs := c.queues
 	pc.gen, pc.attached = gen, true
 	pc.cqs = pc.cqInfos()
 	c.live[pc.p.Index()].Store(pc)
@@ -93,7 +93,7 @@ func (pc *pathConns) Close() {
 	for _, cn := range pc.io {
 		cn.id.Disconnect()
 	}
-	qs := c.queueList()
+	qs := c.queues
 	for _, q := range qs {
 		q.post(qmsg{kind: msgDetach, pc: pc})
 	}

@@ -35,6 +35,8 @@ type Transport interface {
 	Fenced(p *Path, gen uint64)
 	// SetPolicy hands a new multipath policy to the queues.
 	SetPolicy(pol rtrs.MPPolicy)
+	// WakeQueues, Fenced and SetPolicy are called only once Start has
+	// returned (its writes happen before them): the queues need no lock.
 }
 
 // Conn is one connect of a path: its connections while they live.
@@ -64,7 +66,7 @@ type Session struct {
 	params  rtrs.Params // set once, by the first connect (started)
 	started atomic.Bool
 
-	startMu sync.Mutex // start
+	startMu sync.Mutex // start, and SetPolicy against it
 	mu      sync.Mutex // paths, policy
 	paths   []*Path
 	policy  rtrs.MPPolicy
@@ -199,7 +201,7 @@ var errParamsChanged = fmt.Errorf("the server announced other session parameters
 func (a API) ResumeIO(gen uint64) {
 	c := a.s
 	if c.link.Resume(gen) {
-		c.tr.WakeQueues()
+		c.wakeQueues()
 	}
 }
 
@@ -214,10 +216,23 @@ func (a API) Policy() rtrs.MPPolicy {
 // SetPolicy changes the multipath policy.
 func (a API) SetPolicy(pol rtrs.MPPolicy) {
 	c := a.s
+	// Under startMu: a Start under way reads the policy before or after
+	// this, never misses it.
+	c.startMu.Lock()
+	defer c.startMu.Unlock()
 	c.mu.Lock()
 	c.policy = pol
 	c.mu.Unlock()
-	c.tr.SetPolicy(pol)
+	if c.started.Load() {
+		c.tr.SetPolicy(pol)
+	}
+}
+
+// wakeQueues is Transport.WakeQueues once there are queues.
+func (c *Session) wakeQueues() {
+	if c.started.Load() {
+		c.tr.WakeQueues()
+	}
 }
 
 // Paths returns a snapshot of the session's paths, by index.

@@ -144,7 +144,7 @@ func (p *Path) failFences() {
 // markFenced records that the server has closed p's connects up to gen and
 // lets the queues resend what those carried.
 func (p *Path) markFenced(gen uint64) {
-	if p.fencedGen.Advance(gen) {
+	if p.fencedGen.Advance(gen) { // gen ≥ 1: after a connect, so after Start
 		p.c.tr.Fenced(p, gen)
 	}
 }

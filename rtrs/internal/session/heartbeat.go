@@ -45,8 +45,15 @@ func (p *Path) HeartbeatDue(now time.Time) bool {
 	return true
 }
 
-// Alive records that something arrived on the path (any thread).
-func (p *Path) Alive() { p.hb.missed.Store(0) }
+// Alive records that something arrived on the path (any thread). The
+// queues call it per completion: it writes the shared counter only when
+// it is not 0 already, so that the queues' threads do not pass its cache
+// line between their CPUs on every I/O.
+func (p *Path) Alive() {
+	if p.hb.missed.Load() != 0 {
+		p.hb.missed.Store(0)
+	}
+}
 
 // HeartbeatAcked records a heartbeat's answer: the round trip (the
 // kernel's cur_latency, from the last heartbeat sent) and life.

@@ -189,7 +189,7 @@ func (p *Path) takeCmd() int32 { return p.cmd.Swap(cmdNone) }
 // requests fail if no path is left with hope.
 func (p *Path) settle(state int32) {
 	p.state.Store(state)
-	p.c.tr.WakeQueues()
+	p.c.wakeQueues()
 }
 
 // reportFirst hands the first attempt's outcome to Dial, once.
@@ -308,7 +308,7 @@ func (p *Path) serve(conn Conn, gen uint64) {
 	p.hb.reset(c.cfg.HeartbeatInterval)
 	p.state.Store(rtrs.PathStateConnected)
 	p.reportFirst(nil)
-	c.tr.WakeQueues()
+	c.wakeQueues()
 	conn.Serve(p)
 	p.serving.Store(0)
 	p.state.Store(rtrs.PathStateReconnecting)
@@ -318,7 +318,7 @@ func (p *Path) serve(conn Conn, gen uint64) {
 		c.wg.Add(1)
 		go p.fenceLoop(gen)
 	}
-	c.tr.WakeQueues()
+	c.wakeQueues()
 }
 
 // sleep waits ReconnectDelay plus 0..7 ms of jitter before an attempt; a
