@@ -46,26 +46,21 @@
 //
 // # Client queues
 //
-// What a client session does with its requests does not depend on the
-// transport, and lives here: Request (with ReqList, its allocation-free
-// list), RequestQueue (per queue: the requests in flight by permit and the
-// connection carrying each, the waiting list, failover of a failed
-// connection's requests with their permits, completion with statistics,
-// -ENOTCONN once no path has hope) and QueueSet (the session's Permits
-// and the wake-up of queues that starve for one); Mailbox carries control
-// messages to a queue's thread. A transport (rtrs/tcp, rtrs/rdmatr)
-// supplies a Carrier: path selection and sending. PathAddr, the path
-// states, Params (ConnRsp.Params) and ClientConfig are shared the same
-// way, and Queue is the interface of both transports' client queues. The
-// client session itself (paths, their state machine, the path API) is
-// rtrs/internal/session, which both transports embed.
+// A client session hands its user one Queue per CPU on either transport
+// (tcp.ClientQueue, rdmatr.ClientQueue): Submit a Request, get Done on
+// the queue's thread. PathAddr, Params (ConnRsp.Params), ClientConfig,
+// MPPolicy, Permits and the statistics are shared by both transports and
+// live here. What a queue does with its requests does not depend on the
+// transport either, but is no user's business: rtrs/internal/clientq
+// (permits, waiting, failover, completion, the control mailbox, the
+// event loop) and rtrs/internal/session (paths and their state machine).
 //
 // # Failover and the server's chunks
 //
 // A client resends a failed path's requests on another path with the same
 // permits, hence the same server chunks, and reuses a chunk once the resend
 // is answered. The server may still be running the stale copy from the
-// failed path. A ChunkGate (RDMA server) and the chunk's busy flag (TCP
+// failed path. A chunk gate (rtrs/internal/chunkgate, RDMA server) and the chunk's busy flag (TCP
 // server) let one request at a time use a chunk across the paths of a
 // session, so a resend, and every later request on its chunk, waits until
 // the stale copy is done. A stale request that the server has read but not
@@ -74,7 +69,7 @@
 // offers it (FlagFence, asked for by ConnReq.Fence): it asks the server, on
 // another path, to close the path (FenceReq, ServerTable.FencePath), or
 // connects the path again, before the path's requests go again
-// (Unfenced); so no copy the server still has unread, nor over RDMA a
+// (clientq.Core.Hold); so no copy the server still has unread, nor over RDMA a
 // delayed write into its chunks, comes after the resend. With a kernel
 // peer there is no fence, and one window stays open, as in the kernel's
 // RTRS: a stale request of a path whose failure the server has not seen

@@ -23,18 +23,4 @@ type Request struct {
 	Done func(r *Request, errno int)
 	// Tag is the caller's.
 	Tag uint64
-
-	permit    int      // session permit (chunk index) while held, else -1
-	next      *Request // link of the one ReqList r is in
-	failovers int      // times r was moved off a failed connection
-	start     int64    // monotonic ns at submission, for latency
 }
-
-// Permit returns the session permit (the server chunk index, the buffer id
-// of the wire) the request holds while in flight, or -1 while it waits
-// for one or after it ended.
-func (r *Request) Permit() int { return r.permit }
-
-// Failovers returns how often the request was moved to another connection
-// because the one carrying it failed.
-func (r *Request) Failovers() int { return r.failovers }

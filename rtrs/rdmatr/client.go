@@ -8,6 +8,7 @@ import (
 	"syscall"
 
 	"github.com/urnbd/urnbd/rtrs"
+	"github.com/urnbd/urnbd/rtrs/internal/clientq"
 	"github.com/urnbd/urnbd/rtrs/internal/session"
 )
 
@@ -52,9 +53,9 @@ type sessionAPI = session.API
 type Client struct {
 	sessionAPI
 	s         *session.Session
-	params    Params         // the session's, fixed by the first connect (Start)
-	queueSet  *rtrs.QueueSet // permits, shared by the queues
-	queues    []*ClientQueue // set by Start, before the session layer tells them anything
+	params    Params            // the session's, fixed by the first connect (Start)
+	queueSet  *clientq.QueueSet // permits, shared by the queues
+	queues    []*ClientQueue    // set by Start, before the session layer tells them anything
 	region    []byte
 	ownRegion bool
 	partSize  int           // bytes per region part: RegionPartSize, or the whole region
@@ -135,13 +136,13 @@ func (c *Client) Close() error {
 		return nil
 	}
 	for _, q := range c.queues {
-		q.post(qmsg{kind: msgClose})
+		q.core.PostClose()
 	}
 	for _, q := range c.queues {
 		if q.started.Load() {
 			<-q.exited
 		}
-		q.mbox.Close()
+		q.core.CloseMailbox(nil)
 	}
 	c.freeMem()
 	return nil
@@ -178,22 +179,20 @@ func (t *transport) Start(params Params) (err error) {
 		return err
 	}
 	c.params = params
-	c.queueSet = rtrs.NewQueueSet(rtrs.NewPermits(params.QueueDepth))
-	policy := c.Policy()
+	c.queueSet = clientq.NewQueueSet(rtrs.NewPermits(params.QueueDepth))
 	qs := make([]*ClientQueue, 0, cfg.NumQueues())
 	for i := 0; i < cfg.NumQueues(); i++ {
-		q, err := newClientQueue(c, i, policy)
+		q, err := newClientQueue(c, i)
 		if err != nil {
 			for _, q := range qs {
-				q.mbox.Close()
+				q.core.CloseMailbox(nil)
 			}
 			return err
 		}
 		qs = append(qs, q)
 	}
 	if cfg.AdminQueue {
-		qs[cfg.Queues].unheld = true
-		qs[cfg.Queues].reqs.SetAdmin()
+		qs[cfg.Queues].core.SetAdmin()
 	}
 	c.queues = qs
 	return nil
@@ -202,20 +201,20 @@ func (t *transport) Start(params Params) (err error) {
 // WakeQueues implements session.Transport.
 func (t *transport) WakeQueues() {
 	for _, q := range t.queues {
-		q.post(qmsg{kind: msgRetry})
+		q.core.PostRetry()
 	}
 }
 
 // Fenced implements session.Transport.
 func (t *transport) Fenced(p *session.Path, gen uint64) {
 	for _, q := range t.queues {
-		q.post(qmsg{kind: msgFenced, path: p, gen: gen})
+		q.core.PostFenced(p, gen)
 	}
 }
 
 // SetPolicy implements session.Transport.
 func (t *transport) SetPolicy(pol rtrs.MPPolicy) {
 	for _, q := range t.queues {
-		q.post(qmsg{kind: msgPolicy, policy: pol})
+		q.core.PostPolicy(pol)
 	}
 }

@@ -59,7 +59,7 @@ func (pc *pathConns) Attach(gen uint64) (err error) {
 	pc.holders.Store(int32(len(qs)))
 	for i, q := range qs {
 		pc.claims[i].Store(true)
-		q.post(qmsg{kind: msgAttach, pc: pc, cn: pc.io[i]})
+		q.core.PostAttach(attachMsg{pc: pc, cn: pc.io[i]})
 	}
 	return nil
 }
@@ -95,7 +95,7 @@ func (pc *pathConns) Close() {
 	}
 	qs := c.queues
 	for _, q := range qs {
-		q.post(qmsg{kind: msgDetach, pc: pc})
+		q.core.PostDetach(pc.p, pc.gen)
 	}
 	// A queue that no event loop drives (RNBD keeps queues for devices
 	// not mapped yet, and for devices unmapped: Detach) cannot release:
@@ -108,7 +108,7 @@ func (pc *pathConns) Close() {
 	// sees the set failed.
 	for _, q := range qs {
 		if !q.driven.Load() {
-			pc.release(q.id)
+			pc.release(q.core.ID)
 		}
 	}
 	timeout := c.s.Config().Timeout

@@ -3,16 +3,14 @@ package rdmatr
 import (
 	"errors"
 	"fmt"
-	"runtime"
 	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/urnbd/urnbd/internal/procs"
 	"github.com/urnbd/urnbd/rdma"
 	"github.com/urnbd/urnbd/rtrs"
-	"github.com/urnbd/urnbd/rtrs/internal/session"
+	"github.com/urnbd/urnbd/rtrs/internal/clientq"
 	"github.com/urnbd/urnbd/uring"
 )
 
@@ -29,24 +27,9 @@ type Request = rtrs.Request
 // Run and Do must be called on the queue's thread (from Run's start
 // function or a Done callback).
 type ClientQueue struct {
-	c      *Client
-	id     int
-	ring   *uring.Ring
-	udBase uint64
-	policy rtrs.MPPolicy
-	rr     int
-	unheld bool // the admin queue: sends while the session's IO is held
-
-	slots []*qconn // by path index
-	reqs  *rtrs.RequestQueue[*qconn]
-	dirty []*qconn // connections with work requests to post at Flush
-	wcs   []rdma.WC
-	onCQE func(*uring.CQE)
-	onMsg func(qmsg)
-	mbox  *rtrs.Mailbox[qmsg]
-	// unfenced are dead connections whose requests wait for the server
-	// to fence their path (the session layer's fence) before they go again.
-	unfenced rtrs.Unfenced[*qconn]
+	core clientq.Core[*qconn, attachMsg]
+	c    *Client
+	wcs  []rdma.WC
 
 	started atomic.Bool
 	exited  chan struct{}
@@ -55,38 +38,20 @@ type ClientQueue struct {
 	driven atomic.Bool
 }
 
-type qmsgKind int
-
-const (
-	msgAttach qmsgKind = iota
-	msgDetach
-	msgRetry
-	msgPolicy
-	msgClose
-	msgDo
-	msgFenced // the server closed path's connects up to gen
-)
-
-type qmsg struct {
-	kind   qmsgKind
-	path   *session.Path // msgFenced
-	gen    uint64        // msgFenced
-	pc     *pathConns
-	cn     *conn
-	policy rtrs.MPPolicy
-	do     func()
+// attachMsg hands a queue its IO connection of one connect of a path.
+type attachMsg struct {
+	pc *pathConns
+	cn *conn
 }
 
 // qconn is a queue's IO connection on one path.
 type qconn struct {
+	clientq.ConnState
 	q      *ClientQueue
 	pc     *pathConns
-	path   *session.Path
 	cn     *conn
-	slot   int
 	sb     *rdma.SendBatch
 	rb     *rdma.RecvBatch
-	dirty  bool
 	sent   int // requests posted, for signalInterval
 	pollOn bool
 	// polling is set while onPoll handles the connection's completions:
@@ -94,113 +59,55 @@ type qconn struct {
 	// request fails to post) must not reap it, since releasing the set
 	// lets the path goroutine free the CQ that onPoll still polls.
 	polling bool
-	dead    bool
 	reaped  bool
 }
 
-// User data of the queue's ring entries: kind in bits 56..59, slot below.
+// User data of the queue's ring entries: kind in bits 56..59 (the core
+// owns clientq.UDWake), slot below.
 const (
 	udPoll   = 1 << 56
-	udWake   = 3 << 56
 	udCancel = 4 << 56
-	udKind   = 0xf << 56
 )
 
-func newClientQueue(c *Client, id int, policy rtrs.MPPolicy) (*ClientQueue, error) {
-	mbox, err := rtrs.NewMailbox[qmsg]()
-	if err != nil {
-		return nil, fmt.Errorf("rtrs/rdmatr client queue %d: %w", id, err)
+func newClientQueue(c *Client, id int) (*ClientQueue, error) {
+	q := &ClientQueue{c: c, exited: make(chan struct{}), wcs: make([]rdma.WC, 64)}
+	if err := q.core.Init("rtrs/rdmatr", c.s, c.queueSet, id, (*queueTransport)(q)); err != nil {
+		return nil, err
 	}
-	q := &ClientQueue{c: c, id: id, policy: policy, mbox: mbox, exited: make(chan struct{}),
-		wcs: make([]rdma.WC, 64)}
-	q.reqs = rtrs.NewRequestQueue(c.queueSet, id, carrier{q})
-	q.onCQE = q.HandleCQE
-	q.onMsg = q.handleMsg
 	return q, nil
 }
 
-// carrier is the queue's transport half of its rtrs.RequestQueue.
-type carrier struct{ q *ClientQueue }
-
-func (k carrier) Pick(skip int) (*qconn, bool) {
-	q := k.q
-	if !q.unheld && q.c.s.Link().Held() {
-		return nil, false // ResumeIO wakes the queue
-	}
-	i := rtrs.Select(q.policy, q.slots, &q.rr, skip)
-	if i < 0 {
-		return nil, false
-	}
-	return q.slots[i], true
-}
-
-// Send adds r's work request to qc's batch, posted at Flush or at once
-// when the batch is full.
-func (k carrier) Send(r *Request, qc *qconn) error {
-	q := k.q
-	if err := q.addWR(qc, r); err != nil {
-		if errors.Is(err, errPartUnregistered) {
-			// The set was failing when the part was registered, and is
-			// going: r fails over with its other requests.
-			q.fail(qc, err.Error())
-			return nil
-		}
-		return err
-	}
-	qc.path.Stats().IncInflight()
-	if !qc.dirty {
-		qc.dirty = true
-		q.dirty = append(q.dirty, qc)
-	}
-	if qc.sb.Len() == qc.sb.Cap() {
-		q.flush(qc)
-	}
-	return nil
-}
-
-func (k carrier) Wake()      { k.q.mbox.Post(qmsg{kind: msgRetry}) }
-func (k carrier) Hope() bool { return k.q.c.s.AnyHope() }
+// queueTransport is the queue as its core's clientq.Transport.
+type queueTransport ClientQueue
 
 // ID returns the queue's index.
-func (q *ClientQueue) ID() int { return q.id }
+func (q *ClientQueue) ID() int { return q.core.ID }
 
 // Run runs the queue's event loop on the calling goroutine, locked to its
 // OS thread, with its own io_uring. start is called once on the thread
 // before the loop; Run returns when the client is closed.
 func (q *ClientQueue) Run(start func()) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	defer procs.AddBlockingThread()() // the loop sleeps in io_uring_enter holding a P
 	q.started.Store(true)
 	defer close(q.exited)
-	ring, err := uring.New(256, uring.SetupSingleIssuer|uring.SetupDeferTaskrun|uring.SetupCoopTaskrun)
-	if err != nil {
-		ring, err = uring.New(256, 0)
-	}
-	if err != nil {
-		return fmt.Errorf("rtrs/rdmatr client queue %d: %w", q.id, err)
-	}
-	defer ring.Close()
-	q.Attach(ring, 0)
-	defer q.Detach()
-	if start != nil {
-		start()
-	}
-	var y procs.Yielder
-	for !q.reqs.Closed() || q.busy() {
-		y.Tick()
-		q.Flush()
-		if _, err := ring.SubmitAndWait(1); err != nil && !errors.Is(err, unix.EINTR) {
-			return fmt.Errorf("rtrs/rdmatr client queue %d: %w", q.id, err)
-		}
-		ring.ForEachCQE(q.onCQE)
-	}
-	return nil
+	return q.core.Run(start)
 }
 
-// busy reports whether ring entries still refer to connections.
-func (q *ClientQueue) busy() bool {
-	for _, qc := range q.slots {
+// Do runs fn on the queue's thread, soon. It may be called from any
+// goroutine; it is for control work, not for each request.
+func (q *ClientQueue) Do(fn func()) { q.core.Do(fn) }
+
+// HandleCQE handles a completion of one of the queue's entries.
+func (q *ClientQueue) HandleCQE(cqe *uring.CQE) { q.core.HandleCQE(cqe) }
+
+// Flush posts the work requests queued since the last Flush, one
+// ibv_post_send per connection. The event loop that drives the queue
+// calls it after each batch of completions (Run does).
+func (q *ClientQueue) Flush() { q.core.Flush() }
+
+// Busy implements clientq.Transport: ring entries still refer to
+// connections.
+func (t *queueTransport) Busy() bool {
+	for _, qc := range t.core.Slots {
 		if qc != nil && qc.pollOn {
 			return true
 		}
@@ -218,28 +125,33 @@ func (q *ClientQueue) busy() bool {
 // attached to is gone (its entries died with it): the completion channels
 // of its connections are polled in the new ring.
 func (q *ClientQueue) Attach(ring *uring.Ring, base uint64) {
-	q.driven.Store(true) // before the mailbox is drained and failed is read: see teardown
-	q.ring, q.udBase = ring, base
-	q.armWake()
-	for _, qc := range q.slots {
-		if qc != nil && !qc.dead && qc.pc.failed.Load() {
+	(*queueTransport)(q).AttachRing(ring, base)
+}
+
+// AttachRing implements clientq.Transport (Attach).
+func (t *queueTransport) AttachRing(ring *uring.Ring, base uint64) bool {
+	t.driven.Store(true) // before the mailbox is drained and failed is read: see teardown
+	t.core.SetRing(ring, base)
+	for _, qc := range t.core.Slots {
+		if qc != nil && !qc.Dead && qc.pc.failed.Load() {
 			// Its path went down while the queue was detached: the
 			// path may have let go of it for the queue and freed it
 			// (see Detach). Fail it without touching its CQ or QP.
 			qc.pollOn = false
-			q.fail(qc, "path went down while the queue was detached")
+			t.Fail(qc, "path went down while the queue was detached")
 			continue
 		}
 		if qc == nil || !qc.pollOn {
 			continue
 		}
 		qc.pollOn = false
-		if qc.dead {
-			q.reap(qc)
+		if qc.Dead {
+			t.reap(qc)
 			continue
 		}
-		q.armPoll(qc)
+		t.armPoll(qc)
 	}
+	return true
 }
 
 // Detach tells the queue that the event loop driving it stops: its ring
@@ -249,127 +161,59 @@ func (q *ClientQueue) Attach(ring *uring.Ring, base uint64) {
 // that no loop drives and then leaking them; a path already down is let
 // go of here. Call it on the queue's thread, as the last thing the loop
 // does with the queue.
-func (q *ClientQueue) Detach() {
-	q.driven.Store(false) // before failed is read: see teardown
-	for _, qc := range q.slots {
+func (q *ClientQueue) Detach() { (*queueTransport)(q).Detach() }
+
+// Detach implements clientq.Transport.
+func (t *queueTransport) Detach() {
+	t.driven.Store(false) // before failed is read: see teardown
+	for _, qc := range t.core.Slots {
 		if qc != nil && qc.pc.failed.Load() {
-			qc.pc.release(q.id)
+			qc.pc.release(t.core.ID)
 		}
 	}
-	q.ring = nil
+	t.core.SetRing(nil, 0)
 }
 
-func (q *ClientQueue) sqe() *uring.SQE {
-	for {
-		if s := q.ring.GetSQE(); s != nil {
-			return s
-		}
-		if _, err := q.ring.Submit(); err != nil && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.EAGAIN) {
-			panic(fmt.Sprintf("rtrs/rdmatr client queue %d: submit: %v", q.id, err))
-		}
-	}
-}
-
-func (q *ClientQueue) armWake() {
-	q.sqe().PrepPollAdd(int32(q.mbox.Fd()), unix.POLLIN, false, q.udBase|udWake)
-}
-
-func (q *ClientQueue) armPoll(qc *qconn) {
+func (t *queueTransport) armPoll(qc *qconn) {
 	qc.pollOn = true
-	q.sqe().PrepPollAdd(int32(qc.cn.cc.Fd()), unix.POLLIN, false, q.udBase|udPoll|uint64(qc.slot))
+	t.core.SQE().PrepPollAdd(int32(qc.cn.cc.Fd()), unix.POLLIN, false, t.core.UDBase|udPoll|uint64(qc.Slot))
 }
 
-func (q *ClientQueue) post(m qmsg) { q.mbox.Post(m) }
-
-// Do runs fn on the queue's thread, soon. It may be called from any
-// goroutine; it is for control work, not for each request.
-func (q *ClientQueue) Do(fn func()) { q.post(qmsg{kind: msgDo, do: fn}) }
-
-// HandleCQE handles a completion of one of the queue's entries.
-func (q *ClientQueue) HandleCQE(cqe *uring.CQE) {
-	ud := cqe.UserData
-	switch ud & udKind {
-	case udWake:
-		q.mbox.Drain(q.onMsg)
-		q.reqs.RetryWaiting()
-		if !q.reqs.Closed() {
-			q.armWake()
-		}
-	case udPoll:
-		slot := int(uint32(ud))
-		if slot < len(q.slots) && q.slots[slot] != nil {
-			q.onPoll(q.slots[slot])
+// HandleCQE implements clientq.Transport.
+func (t *queueTransport) HandleCQE(cqe *uring.CQE) {
+	if cqe.UserData&clientq.UDKind == udPoll {
+		if qc := t.core.SlotConn(cqe.UserData); qc != nil {
+			t.onPoll(qc)
 		}
 	}
 }
 
-// handleMsg handles a control message on the queue's thread.
-func (q *ClientQueue) handleMsg(m qmsg) {
-	switch m.kind {
-	case msgAttach:
-		q.attachConn(m.pc, m.cn)
-	case msgDetach:
-		if i := m.pc.p.Index(); i < len(q.slots) {
-			if qc := q.slots[i]; qc != nil && qc.pc == m.pc {
-				q.fail(qc, "detached")
-			}
-		}
-	case msgPolicy:
-		q.policy = m.policy
-	case msgDo:
-		m.do()
-	case msgClose:
-		q.reqs.Close()
-		for _, qc := range q.slots {
-			if qc != nil {
-				q.fail(qc, "client closed")
-			}
-		}
-		q.releaseUnfenced(func(*qconn) bool { return true })
-	case msgFenced:
-		q.releaseUnfenced(func(qc *qconn) bool { return qc.path == m.path && qc.pc.gen <= m.gen })
-	}
-	if q.unfenced.Len() > 0 && !q.c.s.AnyHope() {
-		// No path will carry them again: they fail over to nothing and
-		// end with -ENOTCONN.
-		q.releaseUnfenced(func(*qconn) bool { return true })
-	}
-}
+// Unfence implements clientq.Transport.
+func (t *queueTransport) Unfence(qc *qconn) { t.core.FailOver(qc) }
 
-// releaseUnfenced lets the requests of the unfenced connections that match
-// go again.
-func (q *ClientQueue) releaseUnfenced(match func(*qconn) bool) {
-	q.unfenced.Release(match, func(qc *qconn) { q.reqs.FailOver(qc, qc.slot, qc.path.Stats()) })
-}
-
-func (q *ClientQueue) attachConn(pc *pathConns, cn *conn) {
+// AttachConn implements clientq.Transport.
+func (t *queueTransport) AttachConn(a attachMsg) {
+	pc := a.pc
 	idx := pc.p.Index()
-	for len(q.slots) <= idx {
-		q.slots = append(q.slots, nil)
-	}
-	if old := q.slots[idx]; old != nil {
-		q.fail(old, "replaced")
+	if old := t.core.SlotConn(uint64(idx)); old != nil {
+		t.Fail(old, "replaced")
 		if !old.reaped {
 			// Its poll is still in the ring; the new set takes the slot
 			// once it is reaped. Rare (reconnect faster than a poll).
-			q.post(qmsg{kind: msgAttach, pc: pc, cn: cn})
+			t.core.PostAttach(a)
 			return
 		}
 	}
-	if pc.failed.Load() || q.reqs.Closed() {
-		pc.release(q.id)
+	if pc.failed.Load() || t.core.Reqs.Closed() {
+		pc.release(t.core.ID)
 		return
 	}
-	qc := &qconn{q: q, pc: pc, path: pc.p, cn: cn, slot: idx,
-		sb: rdma.NewSendBatch(64, 2), rb: rdma.NewRecvBatch(cn.nrecv, 1)}
-	q.slots[idx] = qc
-	q.armPoll(qc)
+	qc := &qconn{ConnState: clientq.ConnState{Path: pc.p, Gen: pc.gen, Slot: idx},
+		q: (*ClientQueue)(t), pc: pc, cn: a.cn,
+		sb: rdma.NewSendBatch(64, 2), rb: rdma.NewRecvBatch(a.cn.nrecv, 1)}
+	t.core.SetSlot(qc)
+	t.armPoll(qc)
 }
-
-// Usable implements rtrs.PathLoad for the policy.
-func (qc *qconn) Usable() bool    { return qc != nil && !qc.dead && qc.path.Usable() }
-func (qc *qconn) Inflight() int64 { return qc.path.Inflight() }
-func (qc *qconn) Latency() int64  { return qc.path.Latency() }
 
 // Submit sends r. It never blocks: without a free permit or a usable path
 // the request waits in the queue, and is sent when a permit is returned or
@@ -383,7 +227,26 @@ func (q *ClientQueue) Submit(r *Request) error {
 	if _, _, ok := q.c.regionPart(r.Data); !ok {
 		return fmt.Errorf("rtrs/rdmatr: request data is not inside one registered part of the region: %w", syscall.EINVAL)
 	}
-	q.reqs.Submit(r)
+	q.core.Reqs.Submit(r)
+	return nil
+}
+
+// Send implements clientq.Transport: r's work request is added to qc's
+// batch, posted at the next flush or at once when the batch is full.
+func (t *queueTransport) Send(r *Request, permit int, qc *qconn) error {
+	if err := t.addWR(qc, r, permit); err != nil {
+		if errors.Is(err, errPartUnregistered) {
+			// The set was failing when the part was registered, and is
+			// going: r fails over with its other requests.
+			t.Fail(qc, err.Error())
+			return nil
+		}
+		return err
+	}
+	t.core.Queued(qc)
+	if qc.sb.Len() == qc.sb.Cap() {
+		t.FlushConn(qc)
+	}
 	return nil
 }
 
@@ -391,16 +254,15 @@ func (q *ClientQueue) Submit(r *Request) error {
 // connection's set did not register (see RegisterPart).
 var errPartUnregistered = errors.New("region part not registered")
 
-// addWR builds r's header (user message + RTRS header) in its slot of the
+// addWR builds the header of r, holding permit id, (user message + RTRS header) in its slot of the
 // registered header area and adds its RDMA-WRITE-with-IMM to qc's batch:
 // a write gathers [data, header] to the chunk base; a read writes only
 // the header, with one descriptor naming its buffer in the region, to
 // chunk base + D.
-func (q *ClientQueue) addWR(qc *qconn, r *Request) error {
-	c, pc := q.c, qc.pc
+func (t *queueTransport) addWR(qc *qconn, r *Request, id int) error {
+	c, pc := t.c, qc.pc
 	p := c.params
 	hs := p.MaxHdrSize
-	id := r.Permit()
 	part, off, _ := c.regionPart(r.Data) // checked by Submit
 	var mr *rdma.MR
 	if len(r.Data) > 0 {
@@ -461,28 +323,15 @@ func (q *ClientQueue) addWR(qc *qconn, r *Request) error {
 	return qc.sb.Add(wr, hdr)
 }
 
-// Flush posts the work requests queued since the last Flush, one
-// ibv_post_send per connection. The event loop that drives the queue
-// calls it after each batch of completions (Run does).
-func (q *ClientQueue) Flush() {
-	for n := len(q.dirty); n > 0; n = len(q.dirty) {
-		qc := q.dirty[n-1]
-		q.dirty[n-1] = nil
-		q.dirty = q.dirty[:n-1]
-		qc.dirty = false
-		if !qc.dead {
-			q.flush(qc)
-		}
-	}
-}
-
-func (q *ClientQueue) flush(qc *qconn) {
+// FlushConn implements clientq.Transport: one ibv_post_send for what
+// was queued on qc.
+func (t *queueTransport) FlushConn(qc *qconn) {
 	if qc.sb.Len() == 0 {
 		return
 	}
 	if _, err := qc.sb.Post(qc.cn.qp); err != nil {
 		qc.sb.Reset()
-		q.fail(qc, "post send failed")
+		t.Fail(qc, "post send failed")
 	}
 }
 
@@ -490,71 +339,71 @@ func (q *ClientQueue) flush(qc *qconn) {
 // events, re-arm the CQ, poll it empty, re-post receives, re-arm the poll.
 // A connection that fails on the way is reaped only at the end, once
 // nothing here touches its CQ or QP.
-func (q *ClientQueue) onPoll(qc *qconn) {
+func (t *queueTransport) onPoll(qc *qconn) {
 	qc.pollOn = false
-	if !qc.dead {
+	if !qc.Dead {
 		qc.polling = true
-		q.pollConn(qc)
+		t.pollConn(qc)
 		qc.polling = false
 	}
-	if qc.dead {
-		q.reap(qc)
+	if qc.Dead {
+		t.reap(qc)
 		return
 	}
-	q.armPoll(qc)
+	t.armPoll(qc)
 }
 
 // pollConn is onPoll on a live connection; it stops at the first failure.
-func (q *ClientQueue) pollConn(qc *qconn) {
+func (t *queueTransport) pollConn(qc *qconn) {
 	if err := qc.cn.drainEvents(); err != nil {
-		q.fail(qc, "completion channel")
+		t.Fail(qc, "completion channel")
 		return
 	}
 	total := 0
-	for !qc.dead {
-		n, err := qc.cn.cq.Poll(q.wcs)
+	for !qc.Dead {
+		n, err := qc.cn.cq.Poll(t.wcs)
 		if err != nil {
-			q.fail(qc, "poll CQ failed")
+			t.Fail(qc, "poll CQ failed")
 			break
 		}
 		total += n
-		for i := range q.wcs[:n] {
-			q.onWC(qc, &q.wcs[i])
+		for i := range t.wcs[:n] {
+			t.onWC(qc, &t.wcs[i])
 		}
-		if n < len(q.wcs) {
+		if n < len(t.wcs) {
 			break
 		}
 	}
 	if total > 0 {
-		qc.path.Stats().RecordPoll(q.id, total)
+		qc.Path.Stats().RecordPoll(t.core.ID, total)
 	}
-	if qc.dead || qc.rb.Len() == 0 {
+	if qc.Dead || qc.rb.Len() == 0 {
 		return
 	}
 	if _, err := qc.rb.Post(qc.cn.qp); err != nil {
 		qc.rb.Reset()
-		q.fail(qc, "post recv failed")
+		t.Fail(qc, "post recv failed")
 	}
 }
 
-func (q *ClientQueue) onWC(qc *qconn, wc *rdma.WC) {
+func (t *queueTransport) onWC(qc *qconn, wc *rdma.WC) {
 	if wc.Status != rdma.WCSuccess {
-		q.fail(qc, wc.Status.String())
+		t.Fail(qc, wc.Status.String())
 		return
 	}
-	if qc.dead || wc.Opcode&rdma.WCRecv == 0 {
+	if qc.Dead || wc.Opcode&rdma.WCRecv == 0 {
 		return // send completions
 	}
-	qc.path.Alive()
+	qc.Path.Alive()
 	slot := int(wc.WRID)
 	qc.rb.Add(wc.WRID, qc.cn.recvSGE(slot))
 	if !wc.HasImm() {
 		return // SEND_WITH_INV: only re-post
 	}
-	m, err := q.c.params.Codec.Decode(wc.Imm)
+	m, err := t.c.params.Codec.Decode(wc.Imm)
 	if err != nil || (m.Type != rtrs.ImmIORsp && m.Type != rtrs.ImmIORspWInv) {
 		if err != nil {
-			q.fail(qc, "bad immediate")
+			t.Fail(qc, "bad immediate")
 		}
 		return
 	}
@@ -562,53 +411,49 @@ func (q *ClientQueue) onWC(qc *qconn, wc *rdma.WC) {
 		// SEND-with-IMM: an RKEY_RSP (always_invalidate server).
 		var rk rtrs.RkeyRsp
 		b := qc.cn.rbuf[slot*recvSlot : (slot+1)*recvSlot]
-		if wc.ByteLen < rtrs.RkeyRspSize || rk.Unmarshal(b) != nil || rk.CheckBufID(q.c.params.QueueDepth, m.BufID) != nil {
-			q.fail(qc, "bad RKEY_RSP")
+		if wc.ByteLen < rtrs.RkeyRspSize || rk.Unmarshal(b) != nil || rk.CheckBufID(t.c.params.QueueDepth, m.BufID) != nil {
+			t.Fail(qc, "bad RKEY_RSP")
 			return
 		}
 		qc.pc.chunks[m.BufID].RKey = rk.RKey
 	}
-	r, via := q.reqs.InFlight(m.BufID)
+	r, via := t.core.Reqs.InFlight(m.BufID)
 	if r == nil || via != qc {
 		return // an answer on a path we already failed over from
 	}
-	q.reqs.Complete(r, m.Errno, qc.path.Stats())
+	t.core.Reqs.Complete(m.BufID, m.Errno, qc.Path.Stats())
 }
 
-// fail takes a connection out of service: its requests fail over to
-// another path (with the same permit, hence the same chunk) or wait for
-// one, and the path is told to reconnect.
-func (q *ClientQueue) fail(qc *qconn, why string) {
-	if qc.dead {
+// Fail implements clientq.Transport: it takes a connection out of
+// service: its requests fail over to another path (with the same permit,
+// hence the same chunk), wait for one, or wait for the path to be fenced,
+// and the path is told to reconnect.
+func (t *queueTransport) Fail(qc *qconn, why string) {
+	if qc.Dead {
 		return
 	}
-	qc.dead = true
+	qc.Dead = true
 	qc.sb.Reset()
-	qc.pc.fail("queue %d: %s", q.id, why)
-	if q.c.s.Fencing() && !q.reqs.Closed() && qc.pc.gen > qc.path.FencedGen() {
-		// The server may still have these requests unread on this path.
-		q.unfenced.Hold(qc)
-	} else {
-		q.reqs.FailOver(qc, qc.slot, qc.path.Stats())
+	qc.pc.fail("queue %d: %s", t.core.ID, why)
+	if !t.core.Hold(qc) {
+		t.core.FailOver(qc)
 	}
 	if qc.pollOn {
-		q.sqe().PrepPollRemove(q.udBase|udPoll|uint64(qc.slot), q.udBase|udCancel)
+		t.core.SQE().PrepPollRemove(t.core.UDBase|udPoll|uint64(qc.Slot), t.core.UDBase|udCancel)
 	}
-	q.reap(qc)
+	t.reap(qc)
 }
 
 // reap releases a dead connection once the ring no longer polls it.
-func (q *ClientQueue) reap(qc *qconn) {
+func (t *queueTransport) reap(qc *qconn) {
 	if qc.pollOn || qc.polling || qc.reaped {
 		return
 	}
 	qc.reaped = true
 	qc.sb.Free()
 	qc.rb.Free()
-	if qc.slot < len(q.slots) && q.slots[qc.slot] == qc {
-		q.slots[qc.slot] = nil
-	}
-	qc.pc.release(q.id)
+	t.core.ClearSlot(qc)
+	qc.pc.release(t.core.ID)
 }
 
 var _ rtrs.Queue = (*ClientQueue)(nil)

@@ -3,13 +3,13 @@
 // of package rtrs/tcp, so that RNBD can sit on either transport: a Client
 // whose path API is the shared session layer's (rtrs/internal/session:
 // paths, reconnects, heartbeats, fences), with per-queue ClientQueues
-// (rtrs.Queue: Submit, Done callbacks on the queue's thread, Run with its
+// on the shared queue skeleton (rtrs/internal/clientq) (rtrs.Queue: Submit, Done callbacks on the queue's thread, Run with its
 // own io_uring or Attach/HandleCQE/Flush on an external one, and Detach
 // when that loop stops), and a Server with a ServerHandler and
 // ServerIO.Complete. This package supplies only what RDMA does: connect
 // (client_connect.go), the service connection (client_service.go), the
 // connection sets and registered memory (client_conns.go, region.go), the
-// queues' datapath (client_queue.go) and the server's stages
+// queues' posts and polls (client_queue.go) and the server's stages
 // (server_accept.go, server_path.go, server_io.go).
 //
 // # Connection setup
@@ -85,7 +85,7 @@
 // A work completion error or a CM event (DISCONNECTED, ...) on any
 // connection of a path, or missed heartbeats (HB_MSG/HB_ACK zero-length
 // writes-with-imm on cid 0, both ways), fail the path: its requests are
-// re-sent on another path (policy rtrs.Select) or wait, the connections
+// re-sent on another path (the multipath policy) or wait, the connections
 // are disconnected and freed once no queue polls them (a queue that no
 // event loop ever drove, as RNBD's queues of devices not mapped yet, does
 // not hold them up), and the path

@@ -9,6 +9,7 @@ import (
 
 	"github.com/urnbd/urnbd/rdma"
 	"github.com/urnbd/urnbd/rtrs"
+	"github.com/urnbd/urnbd/rtrs/internal/chunkgate"
 )
 
 // ServerConfig holds the parameters a server advertises in its ConnRsp.
@@ -98,7 +99,7 @@ type serverSession struct {
 	s      *Server
 	core   *rtrs.ServerSession
 	chunks []byte                     // queue_depth × chunk: the session layer's pool
-	gate   *rtrs.ChunkGate[*ServerIO] // one request per chunk over all paths (failover)
+	gate   *chunkgate.Gate[*ServerIO] // one request per chunk over all paths (failover)
 	mrs    map[rdma.Context]*rdma.MR  // the chunk pool registered on each device (see Server.pds); under Server.mu
 }
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/urnbd/urnbd/rdma"
 	"github.com/urnbd/urnbd/rtrs"
+	"github.com/urnbd/urnbd/rtrs/internal/chunkgate"
 )
 
 func (s *Server) cmLoop() {
@@ -136,7 +137,7 @@ func (s *Server) session(core *rtrs.ServerSession) *serverSession {
 	if ss := s.sess[core]; ss != nil {
 		return ss
 	}
-	ss := &serverSession{s: s, core: core, chunks: core.Pool(), gate: rtrs.NewChunkGate[*ServerIO](s.cfg.QueueDepth),
+	ss := &serverSession{s: s, core: core, chunks: core.Pool(), gate: chunkgate.New[*ServerIO](s.cfg.QueueDepth),
 		mrs: map[rdma.Context]*rdma.MR{}}
 	s.sess[core] = ss
 	core.OnFree(func() {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/urnbd/urnbd/rtrs"
+	"github.com/urnbd/urnbd/rtrs/tcp/internal/frame"
 )
 
 // PathConfig describes one client path: where to connect and who we are.
@@ -53,7 +54,7 @@ func (c *ClientConn) NetConn() net.Conn { return c.cc.nc }
 
 // Decoder returns the connection's frame decoder (direction ToClient,
 // session parameters set).
-func (c *ClientConn) Decoder() *Decoder { return c.cc.dec }
+func (c *ClientConn) Decoder() *frame.Decoder { return c.cc.dec }
 
 // Close closes the connection.
 func (c *ClientConn) Close() error { return c.cc.nc.Close() }
@@ -73,7 +74,7 @@ func Dial(ctx context.Context, cfg *PathConfig, req *rtrs.ConnReq) (*ClientConn,
 	if err != nil {
 		return nil, Params{}, fmt.Errorf("rtrs/tcp: connect cid %d: %w", req.CID, err)
 	}
-	c := &ClientConn{cc: newCtrlConn(nc, ToClient, timeout), cid: req.CID}
+	c := &ClientConn{cc: newCtrlConn(nc, frame.ToClient, timeout), cid: req.CID}
 	p, err := c.connect(ctx, req)
 	if err != nil {
 		_ = nc.Close()
@@ -86,10 +87,10 @@ func (c *ClientConn) connect(ctx context.Context, req *rtrs.ConnReq) (Params, er
 	// Close the socket if ctx ends while we wait.
 	stop := context.AfterFunc(ctx, func() { _ = c.cc.nc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	if err := c.cc.writeCtrl(CtrlConnReq, req); err != nil {
+	if err := c.cc.writeCtrl(frame.CtrlConnReq, req); err != nil {
 		return Params{}, err
 	}
-	b, err := c.cc.readCtrl(CtrlConnRsp)
+	b, err := c.cc.readCtrl(frame.CtrlConnRsp)
 	if err != nil {
 		return Params{}, ctxErr(ctx, err)
 	}
@@ -187,10 +188,10 @@ func (p *ClientPath) info(ctx context.Context, name string) error {
 	if err := req.SetName(name); err != nil {
 		return fmt.Errorf("rtrs/tcp: %w", err)
 	}
-	if err := cc.writeCtrl(CtrlInfoReq, &req); err != nil {
+	if err := cc.writeCtrl(frame.CtrlInfoReq, &req); err != nil {
 		return ctxErr(ctx, err)
 	}
-	b, err := cc.readCtrl(CtrlInfoRsp)
+	b, err := cc.readCtrl(frame.CtrlInfoRsp)
 	if err != nil {
 		return ctxErr(ctx, err)
 	}

@@ -10,7 +10,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/urnbd/urnbd/rtrs"
+	"github.com/urnbd/urnbd/rtrs/internal/clientq"
 	"github.com/urnbd/urnbd/rtrs/internal/session"
+	"github.com/urnbd/urnbd/rtrs/tcp/internal/frame"
 )
 
 // ClientConfig describes a client session (rtrs.ClientConfig): over TCP
@@ -35,8 +37,8 @@ type sessionAPI = session.API
 type Client struct {
 	sessionAPI
 	s        *session.Session
-	params   Params         // the session's, fixed by the first connect (start)
-	queueSet *rtrs.QueueSet // permits, shared by the queues
+	params   Params            // the session's, fixed by the first connect (start)
+	queueSet *clientq.QueueSet // permits, shared by the queues
 	queues   []*ClientQueue
 }
 
@@ -89,7 +91,7 @@ func (c *Client) Close() error {
 		return nil
 	}
 	for _, q := range c.queues {
-		q.post(qmsg{kind: msgClose})
+		q.core.PostClose()
 	}
 	// Queues that no loop drives will not read the message: close their
 	// sockets here. A queue driven now closes them when its loop stops
@@ -114,13 +116,12 @@ func (t *transport) Start(params Params) error {
 	c := (*Client)(t)
 	cfg := c.s.Config()
 	c.params = params
-	c.queueSet = rtrs.NewQueueSet(rtrs.NewPermits(params.QueueDepth))
-	policy := c.Policy()
+	c.queueSet = clientq.NewQueueSet(rtrs.NewPermits(params.QueueDepth))
 	for i := 0; i < cfg.NumQueues(); i++ {
-		q, err := newClientQueue(c, i, policy)
+		q, err := newClientQueue(c, i)
 		if err != nil {
 			for _, q := range c.queues {
-				q.mbox.Close()
+				q.core.CloseMailbox(nil)
 			}
 			c.queues = nil
 			return err
@@ -128,8 +129,7 @@ func (t *transport) Start(params Params) error {
 		c.queues = append(c.queues, q)
 	}
 	if cfg.AdminQueue {
-		c.queues[cfg.Queues].unheld = true
-		c.queues[cfg.Queues].reqs.SetAdmin()
+		c.queues[cfg.Queues].core.SetAdmin()
 	}
 	return nil
 }
@@ -137,21 +137,21 @@ func (t *transport) Start(params Params) error {
 // WakeQueues implements session.Transport.
 func (t *transport) WakeQueues() {
 	for _, q := range t.queues {
-		q.post(qmsg{kind: msgRetry})
+		q.core.PostRetry()
 	}
 }
 
 // Fenced implements session.Transport.
 func (t *transport) Fenced(p *session.Path, gen uint64) {
 	for _, q := range t.queues {
-		q.post(qmsg{kind: msgFenced, path: p, gen: gen})
+		q.core.PostFenced(p, gen)
 	}
 }
 
 // SetPolicy implements session.Transport.
 func (t *transport) SetPolicy(pol rtrs.MPPolicy) {
 	for _, q := range t.queues {
-		q.post(qmsg{kind: msgPolicy, policy: pol})
+		q.core.PostPolicy(pol)
 	}
 }
 
@@ -211,9 +211,9 @@ func (pc *pathConn) Attach(gen uint64) error {
 		// loop drives it: RNBD's queues of an unmapped device) belongs
 		// to an earlier connect, which failed: close it rather than let
 		// every reconnect add one more.
-		q.mbox.Replace(qmsg{kind: msgAttach, path: p, fd: fds[i], gen: gen},
-			func(old qmsg) bool { return old.kind == msgAttach && old.path == p },
-			func(old qmsg) { unix.Close(old.fd) })
+		q.core.ReplaceAttach(attachMsg{path: p, fd: fds[i], gen: gen},
+			func(old attachMsg) bool { return old.path == p },
+			func(old attachMsg) { unix.Close(old.fd) })
 	}
 	return nil
 }
@@ -227,7 +227,7 @@ func (pc *pathConn) Close() {
 	}
 	pc.cp.Conns[0].Close()
 	for _, q := range pc.c.queues {
-		q.post(qmsg{kind: msgDetach, path: pc.p})
+		q.core.PostDetach(pc.p, pc.gen)
 	}
 }
 
@@ -259,7 +259,7 @@ func rawFD(nc net.Conn) (int, error) {
 func (pc *pathConn) Serve(p *session.Path) {
 	nc := pc.cp.Conns[0].NetConn()
 	interval := pc.c.s.Config().HeartbeatInterval
-	dec := NewDecoder(ToClient)
+	dec := frame.NewDecoder(frame.ToClient)
 	dec.SetSession(pc.c.params.Codec, nil)
 	acks := make(chan struct{}, 16)
 	fenced := make(chan rtrs.FenceRsp, 16)
@@ -273,7 +273,7 @@ func (pc *pathConn) Serve(p *session.Path) {
 			}
 			if f.IsCtrl() {
 				var rsp rtrs.FenceRsp
-				if f.Ctrl != CtrlFenceRsp || rsp.Unmarshal(f.Payload) != nil {
+				if f.Ctrl != frame.CtrlFenceRsp || rsp.Unmarshal(f.Payload) != nil {
 					readErr <- fmt.Errorf("unexpected %v on the service connection: %w", f.Ctrl, rtrs.ErrBadType)
 					return
 				}
@@ -291,8 +291,8 @@ func (pc *pathConn) Serve(p *session.Path) {
 			}
 		}
 	}()
-	var hb [HeaderSize]byte
-	HeartbeatHeader(false).MarshalTo(hb[:])
+	var hb [frame.HeaderSize]byte
+	frame.HeartbeatHeader(false).MarshalTo(hb[:])
 	write := func(b []byte) bool {
 		_ = nc.SetWriteDeadline(time.Now().Add(interval))
 		if _, err := nc.Write(b); err != nil {
@@ -308,8 +308,8 @@ func (pc *pathConn) Serve(p *session.Path) {
 			return
 		}
 		if target, ok := p.NextFence(); ok {
-			var b [HeaderSize + rtrs.FenceReqSize]byte
-			n, err := PutCtrl(b[:], CtrlFenceReq, &rtrs.FenceReq{SessUUID: target})
+			var b [frame.HeaderSize + rtrs.FenceReqSize]byte
+			n, err := frame.PutCtrl(b[:], frame.CtrlFenceReq, &rtrs.FenceReq{SessUUID: target})
 			if err != nil || !write(b[:n]) {
 				p.FenceAnswered(int(syscall.EIO))
 				return

@@ -28,7 +28,7 @@ func driveThenDetach(t *testing.T, q *ClientQueue) {
 		defer ring.Close()
 		q.Attach(ring, 0)
 		deadline := time.Now().Add(5 * time.Second)
-		for (len(q.slots) == 0 || q.slots[0] == nil) && time.Now().Before(deadline) {
+		for (len(q.core.Slots) == 0 || q.core.Slots[0] == nil) && time.Now().Before(deadline) {
 			q.Flush()
 			if _, err := ring.SubmitAndWait(1); err != nil {
 				detached <- err
@@ -36,7 +36,7 @@ func driveThenDetach(t *testing.T, q *ClientQueue) {
 			}
 			ring.ForEachCQE(q.HandleCQE)
 		}
-		if len(q.slots) == 0 || q.slots[0] == nil {
+		if len(q.core.Slots) == 0 || q.core.Slots[0] == nil {
 			detached <- context.DeadlineExceeded
 			return
 		}

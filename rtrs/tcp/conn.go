@@ -6,27 +6,28 @@ import (
 	"time"
 
 	"github.com/urnbd/urnbd/rtrs"
+	"github.com/urnbd/urnbd/rtrs/tcp/internal/frame"
 )
 
 // ctrlConn is a TCP connection during the handshake: it writes and reads
 // control frames, each under a deadline.
 type ctrlConn struct {
 	nc      net.Conn
-	dec     *Decoder
+	dec     *frame.Decoder
 	timeout time.Duration
-	wbuf    [HeaderSize + MaxCtrlLen]byte
+	wbuf    [frame.HeaderSize + frame.MaxCtrlLen]byte
 }
 
-func newCtrlConn(nc net.Conn, dir Direction, timeout time.Duration) *ctrlConn {
+func newCtrlConn(nc net.Conn, dir frame.Direction, timeout time.Duration) *ctrlConn {
 	if timeout <= 0 {
 		timeout = rtrs.ConnectTimeout
 	}
-	return &ctrlConn{nc: nc, dec: NewDecoder(dir), timeout: timeout}
+	return &ctrlConn{nc: nc, dec: frame.NewDecoder(dir), timeout: timeout}
 }
 
 // writeCtrl sends m as a control frame of kind k.
-func (c *ctrlConn) writeCtrl(k CtrlKind, m Marshaler) error {
-	n, err := PutCtrl(c.wbuf[:], k, m)
+func (c *ctrlConn) writeCtrl(k frame.CtrlKind, m frame.Marshaler) error {
+	n, err := frame.PutCtrl(c.wbuf[:], k, m)
 	if err != nil {
 		return err
 	}
@@ -41,7 +42,7 @@ func (c *ctrlConn) writeCtrl(k CtrlKind, m Marshaler) error {
 
 // readCtrl waits for the control frame of kind want and returns its
 // payload, valid until the next read.
-func (c *ctrlConn) readCtrl(want CtrlKind) ([]byte, error) {
+func (c *ctrlConn) readCtrl(want frame.CtrlKind) ([]byte, error) {
 	if err := c.nc.SetReadDeadline(time.Now().Add(c.timeout)); err != nil {
 		return nil, fmt.Errorf("rtrs/tcp: wait for %v: %w", want, err)
 	}

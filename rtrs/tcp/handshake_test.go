@@ -11,12 +11,14 @@ import (
 	"time"
 
 	"github.com/urnbd/urnbd/rtrs"
+	"github.com/urnbd/urnbd/rtrs/tcp/internal/frame"
+	"github.com/urnbd/urnbd/rtrs/tcp/internal/frametest"
 )
 
 func startServer(t *testing.T, cfg ServerConfig, listeners int) (*Server, []string) {
 	t.Helper()
 	if cfg.QueueDepth == 0 {
-		cfg.QueueDepth, cfg.ChunkSize, cfg.MaxHdrSize = testQD, testChunk, testHdr
+		cfg.QueueDepth, cfg.ChunkSize, cfg.MaxHdrSize = frametest.QD, frametest.Chunk, frametest.Hdr
 	}
 	if cfg.HandshakeTimeout == 0 {
 		cfg.HandshakeTimeout = 2 * time.Second
@@ -64,11 +66,11 @@ func TestHandshakeOK(t *testing.T) {
 	p, err := DialPath(ctx, pathCfg(addrs[0], 1, 10, 3, true))
 	mustNoErr(t, err)
 	defer p.Close()
-	want := Params{QueueDepth: testQD, MaxIOSize: testChunk - testHdr, MaxHdrSize: testHdr, ChunkSize: testChunk, Codec: testCodec(t)}
+	want := Params{QueueDepth: frametest.QD, MaxIOSize: frametest.Chunk - frametest.Hdr, MaxHdrSize: frametest.Hdr, ChunkSize: frametest.Chunk, Codec: frametest.Codec(t)}
 	if p.Params != want {
 		t.Fatalf("params %+v, want %+v", p.Params, want)
 	}
-	if len(p.Conns) != 3 || len(p.Chunks) != testQD || p.Chunks[1].Addr != testChunk {
+	if len(p.Conns) != 3 || len(p.Chunks) != frametest.QD || p.Chunks[1].Addr != frametest.Chunk {
 		t.Fatalf("path %d conns, chunks %+v", len(p.Conns), p.Chunks)
 	}
 	// A second path of the same session, to the second listener, without
@@ -121,15 +123,15 @@ func rawConnReq(t *testing.T, addr string, payload []byte) int16 {
 	nc, err := net.Dial("tcp", addr)
 	mustNoErr(t, err)
 	defer nc.Close()
-	h, err := CtrlHeader(CtrlConnReq, len(payload))
+	h, err := frame.CtrlHeader(frame.CtrlConnReq, len(payload))
 	mustNoErr(t, err)
-	b := make([]byte, HeaderSize+len(payload))
-	_, err = PutFrame(b, h, payload)
+	b := make([]byte, frame.HeaderSize+len(payload))
+	_, err = frame.PutFrame(b, h, payload)
 	mustNoErr(t, err)
 	_, err = nc.Write(b)
 	mustNoErr(t, err)
 	_ = nc.SetReadDeadline(time.Now().Add(2 * time.Second))
-	f, err := NewDecoder(ToClient).ReadFrame(nc)
+	f, err := frame.NewDecoder(frame.ToClient).ReadFrame(nc)
 	mustNoErr(t, err)
 	var rsp rtrs.ConnRsp
 	mustNoErr(t, rsp.Unmarshal(f.Payload))
@@ -238,13 +240,13 @@ func TestHandshakeRejectSession(t *testing.T) {
 // panic and without an answer.
 func TestHandshakeGarbage(t *testing.T) {
 	srv, addrs := startServer(t, ServerConfig{HandshakeTimeout: 300 * time.Millisecond}, 1)
-	var hb [HeaderSize]byte
-	_, _ = HeartbeatHeader(false).MarshalTo(hb[:])
-	var info [HeaderSize + rtrs.InfoReqSize]byte
-	_, err := PutCtrl(info[:], CtrlInfoReq, &rtrs.InfoReq{})
+	var hb [frame.HeaderSize]byte
+	_, _ = frame.HeartbeatHeader(false).MarshalTo(hb[:])
+	var info [frame.HeaderSize + rtrs.InfoReqSize]byte
+	_, err := frame.PutCtrl(info[:], frame.CtrlInfoReq, &rtrs.InfoReq{})
 	mustNoErr(t, err)
-	var huge [HeaderSize]byte
-	_, _ = Header{Imm: CtrlConnReq.Imm(), Len: 1 << 30}.MarshalTo(huge[:])
+	var huge [frame.HeaderSize]byte
+	_, _ = frame.Header{Imm: frame.CtrlConnReq.Imm(), Len: 1 << 30}.MarshalTo(huge[:])
 	for _, tc := range []struct {
 		name string
 		send []byte
@@ -255,7 +257,7 @@ func TestHandshakeGarbage(t *testing.T) {
 		{"heartbeat first", hb[:]},
 		{"info_req first", info[:]},
 		{"huge ctrl", huge[:]},
-		{"truncated conn_req", info[:HeaderSize+10]},
+		{"truncated conn_req", info[:frame.HeaderSize+10]},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			nc, err := net.Dial("tcp", addrs[0])

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/urnbd/urnbd/rtrs"
+	"github.com/urnbd/urnbd/rtrs/tcp/internal/frame"
+	"github.com/urnbd/urnbd/rtrs/tcp/internal/frametest"
 )
 
 // The adversarial tests: a client that breaks the rules on purpose, with
@@ -72,9 +74,9 @@ func offUsr(off int) []byte {
 }
 
 // exchange sends f on c and returns the errno of the answer.
-func exchange(t *testing.T, c *ClientConn, f frame) int {
+func exchange(t *testing.T, c *ClientConn, f frametest.Frame) int {
 	t.Helper()
-	if _, err := c.NetConn().Write(f.bytes(t)); err != nil {
+	if _, err := c.NetConn().Write(f.Bytes(t)); err != nil {
 		t.Fatal(err)
 	}
 	_ = c.NetConn().SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -117,8 +119,8 @@ func TestHostileIOBeforeEstablishment(t *testing.T) {
 	c, _, err := Dial(context.Background(), &cfg, &req)
 	mustNoErr(t, err)
 	defer c.Close()
-	f := writeFrame(t, testCodec(t), 0, bytes.Repeat([]byte{1}, 4096), offUsr(0))
-	if _, err := c.NetConn().Write(f.bytes(t)); err != nil {
+	f := frametest.WriteReq(t, frametest.Codec(t), 0, bytes.Repeat([]byte{1}, 4096), offUsr(0))
+	if _, err := c.NetConn().Write(f.Bytes(t)); err != nil {
 		t.Fatal(err)
 	}
 	expectClosed(t, c.NetConn(), 3*time.Second)
@@ -161,11 +163,11 @@ func TestHostileStaleFrameOfClosedPathNeverRuns(t *testing.T) {
 	pb, err := DialPath(ctx, pathCfg(addrs[1], 1, 11, 2, false))
 	mustNoErr(t, err)
 	defer pb.Close()
-	codec := testCodec(t)
+	codec := frametest.Codec(t)
 	old, fresh := bytes.Repeat([]byte("o"), 4096), bytes.Repeat([]byte("n"), 4096)
 	// W0 (chunk 0) holds A's connection in the backend; W1 (chunk 1) for
 	// x, sent with it, waits read but not yet served.
-	w := append(writeFrame(t, codec, 0, make([]byte, 4096), offUsr(0)).bytes(t), writeFrame(t, codec, 1, old, offUsr(x)).bytes(t)...)
+	w := append(frametest.WriteReq(t, codec, 0, make([]byte, 4096), offUsr(0)).Bytes(t), frametest.WriteReq(t, codec, 1, old, offUsr(x)).Bytes(t)...)
 	if _, err := pa.Conns[1].NetConn().Write(w); err != nil {
 		t.Fatal(err)
 	}
@@ -181,10 +183,10 @@ func TestHostileStaleFrameOfClosedPathNeverRuns(t *testing.T) {
 		return len(ss) == 1 && len(ss[0].Paths) == 1
 	})
 	// W1 resent on B with its chunk, answered; then a newer write to x.
-	if e := exchange(t, pb.Conns[1], writeFrame(t, codec, 1, old, offUsr(x))); e != 0 {
+	if e := exchange(t, pb.Conns[1], frametest.WriteReq(t, codec, 1, old, offUsr(x))); e != 0 {
 		t.Fatalf("resend of W1: errno %d", e)
 	}
-	if e := exchange(t, pb.Conns[1], writeFrame(t, codec, 1, fresh, offUsr(x))); e != 0 {
+	if e := exchange(t, pb.Conns[1], frametest.WriteReq(t, codec, 1, fresh, offUsr(x))); e != 0 {
 		t.Fatalf("W2: errno %d", e)
 	}
 	// A's connection goes on.
@@ -245,7 +247,7 @@ func TestHostileConnectionLimits(t *testing.T) {
 // Sessions beyond --max-sessions are refused with ENOSPC, and beyond the
 // memory budget with ENOMEM, while the existing ones keep their IO.
 func TestHostileSessionAndMemoryLimits(t *testing.T) {
-	pool := int64(testQD * testChunk)
+	pool := int64(frametest.QD * frametest.Chunk)
 	for _, tc := range []struct {
 		name  string
 		cfg   rtrs.ServerTableConfig
@@ -270,7 +272,7 @@ func TestHostileSessionAndMemoryLimits(t *testing.T) {
 				t.Fatalf("fourth session: %v, want %v", err, tc.errno)
 			}
 			for i, p := range paths {
-				if e := exchange(t, p.Conns[1], writeFrame(t, testCodec(t), 0, make([]byte, 4096), offUsr(i*4096))); e != 0 {
+				if e := exchange(t, p.Conns[1], frametest.WriteReq(t, frametest.Codec(t), 0, make([]byte, 4096), offUsr(i*4096))); e != 0 {
 					t.Fatalf("session %d after the refusal: errno %d", i, e)
 				}
 			}
@@ -339,7 +341,7 @@ func TestHostileFDFlood(t *testing.T) {
 	p, err := DialPath(context.Background(), pathCfg(addrs[0], 1, 10, 2, true))
 	mustNoErr(t, err)
 	defer p.Close()
-	if e := exchange(t, p.Conns[1], writeFrame(t, testCodec(t), 0, make([]byte, 4096), offUsr(0))); e != 0 {
+	if e := exchange(t, p.Conns[1], frametest.WriteReq(t, frametest.Codec(t), 0, make([]byte, 4096), offUsr(0))); e != 0 {
 		t.Fatalf("IO after the flood: errno %d", e)
 	}
 }
@@ -353,7 +355,7 @@ func TestHostileReleaseLeaksPoolStillInUse(t *testing.T) {
 	_, addrs := startServer(t, ServerConfig{Handler: b, Sessions: tab}, 1)
 	p, err := DialPath(context.Background(), pathCfg(addrs[0], 1, 10, 2, true))
 	mustNoErr(t, err)
-	if _, err := p.Conns[1].NetConn().Write(writeFrame(t, testCodec(t), 0, make([]byte, 4096), offUsr(0)).bytes(t)); err != nil {
+	if _, err := p.Conns[1].NetConn().Write(frametest.WriteReq(t, frametest.Codec(t), 0, make([]byte, 4096), offUsr(0)).Bytes(t)); err != nil {
 		t.Fatal(err)
 	}
 	<-b.blocked
@@ -421,8 +423,8 @@ func TestHostileSessionsReturnMemory(t *testing.T) {
 					l, _ := rtrs.WriteLayout(len(data), 8, chunk, 4096)
 					c := make([]byte, chunk)
 					_, _ = rtrs.PutWriteReq(c, data, offUsr(0))
-					h, _ := IOReqHeader(codec, uint32(id), l)
-					frames = append(frames, frame{h, c[l.WriteOff : l.WriteOff+l.WriteLen]}.bytes(t)...)
+					h, _ := frame.IOReqHeader(codec, uint32(id), l)
+					frames = append(frames, frametest.Frame{H: h, P: c[l.WriteOff : l.WriteOff+l.WriteLen]}.Bytes(t)...)
 				}
 				nc := p.Conns[1].NetConn()
 				go nc.Write(frames)
@@ -548,8 +550,8 @@ func TestHostileFenceRules(t *testing.T) {
 	mustNoErr(t, err)
 	defer attacker.Close()
 	send := func(c *ClientConn, target rtrs.UUID) {
-		var b [HeaderSize + rtrs.FenceReqSize]byte
-		n, err := PutCtrl(b[:], CtrlFenceReq, &rtrs.FenceReq{SessUUID: target})
+		var b [frame.HeaderSize + rtrs.FenceReqSize]byte
+		n, err := frame.PutCtrl(b[:], frame.CtrlFenceReq, &rtrs.FenceReq{SessUUID: target})
 		mustNoErr(t, err)
 		_, err = c.NetConn().Write(b[:n])
 		mustNoErr(t, err)
@@ -559,7 +561,7 @@ func TestHostileFenceRules(t *testing.T) {
 		for {
 			f, err := c.Decoder().ReadFrame(c.NetConn())
 			mustNoErr(t, err)
-			if f.IsCtrl() && f.Ctrl == CtrlFenceRsp {
+			if f.IsCtrl() && f.Ctrl == frame.CtrlFenceRsp {
 				var rsp rtrs.FenceRsp
 				mustNoErr(t, rsp.Unmarshal(f.Payload))
 				return rsp

@@ -35,3 +35,34 @@ func (f *sendFrame) iovecs(iov *[3]unix.Iovec) int {
 	}
 	return n
 }
+
+// permitRing is a connection's frames to write, by permit, in order. A
+// request is queued on one connection at a time, so it never holds more
+// than the session's queue depth.
+type permitRing struct {
+	ids  []int32
+	head int
+	n    int
+}
+
+func newPermitRing(depth int) permitRing { return permitRing{ids: make([]int32, depth)} }
+
+func (r *permitRing) len() int    { return r.n }
+func (r *permitRing) empty() bool { return r.n == 0 }
+func (r *permitRing) clear()      { r.head, r.n = 0, 0 }
+
+// at returns the i-th permit from the front.
+func (r *permitRing) at(i int) int { return int(r.ids[(r.head+i)%len(r.ids)]) }
+
+func (r *permitRing) push(id int) {
+	if r.n == len(r.ids) {
+		panic("rtrs/tcp: a connection's send queue holds more requests than the queue depth")
+	}
+	r.ids[(r.head+r.n)%len(r.ids)] = int32(id)
+	r.n++
+}
+
+func (r *permitRing) pop() {
+	r.head = (r.head + 1) % len(r.ids)
+	r.n--
+}

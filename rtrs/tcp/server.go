@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/urnbd/urnbd/rtrs"
+	"github.com/urnbd/urnbd/rtrs/tcp/internal/frame"
 )
 
 // ServerConfig holds the parameters a server advertises in its ConnRsp.
@@ -212,7 +213,7 @@ func (s *Server) Handshake(nc net.Conn) (*ServerConn, error) {
 }
 
 func (s *Server) handshake(nc net.Conn) (*ServerConn, error) {
-	cc := newCtrlConn(nc, ToServer, s.cfg.HandshakeTimeout)
+	cc := newCtrlConn(nc, frame.ToServer, s.cfg.HandshakeTimeout)
 	src, dst := addrPort(nc.RemoteAddr()), addrPort(nc.LocalAddr())
 	slot, err := s.tab.Admit(src.Addr())
 	if err != nil {
@@ -221,11 +222,11 @@ func (s *Server) handshake(nc net.Conn) (*ServerConn, error) {
 		// would reset the connection before the answer is read).
 		err = s.reject(cc, rtrs.ErrnoOr(err, syscall.EBUSY), err)
 		_ = nc.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
-		var drain [HeaderSize + rtrs.ConnReqSize]byte
+		var drain [frame.HeaderSize + rtrs.ConnReqSize]byte
 		_, _ = nc.Read(drain[:])
 		return nil, err
 	}
-	b, err := cc.readCtrl(CtrlConnReq)
+	b, err := cc.readCtrl(frame.CtrlConnReq)
 	if err != nil {
 		slot.Close()
 		return nil, err // not even a conn request frame: just close
@@ -265,7 +266,7 @@ func (s *Server) handshake(nc net.Conn) (*ServerConn, error) {
 	if req.Fence {
 		rsp.Flags |= rtrs.FlagFence
 	}
-	if err := cc.writeCtrl(CtrlConnRsp, &rsp); err != nil {
+	if err := cc.writeCtrl(frame.CtrlConnRsp, &rsp); err != nil {
 		s.closePath(p)
 		return nil, err
 	}
@@ -281,7 +282,7 @@ func (s *Server) handshake(nc net.Conn) (*ServerConn, error) {
 
 // info handles INFO_REQ on cid 0 and answers INFO_RSP.
 func (s *Server) info(cc *ctrlConn, p *serverPath) error {
-	b, err := cc.readCtrl(CtrlInfoReq)
+	b, err := cc.readCtrl(frame.CtrlInfoReq)
 	if err != nil {
 		return err
 	}
@@ -295,14 +296,14 @@ func (s *Server) info(cc *ctrlConn, p *serverPath) error {
 		return fmt.Errorf("session name %q: %w", name, err)
 	}
 	rsp := rtrs.InfoRsp{Desc: []rtrs.SGDesc{{Len: uint32(s.cfg.QueueDepth * s.cfg.ChunkSize)}}}
-	return cc.writeCtrl(CtrlInfoRsp, &rsp)
+	return cc.writeCtrl(frame.CtrlInfoRsp, &rsp)
 }
 
 // reject answers a refused ConnReq with a ConnRsp carrying -errno and
 // returns an error wrapping errno and cause.
 func (s *Server) reject(cc *ctrlConn, errno syscall.Errno, cause error) error {
 	rsp := rtrs.ConnRsp{Errno: -int16(errno)}
-	if err := cc.writeCtrl(CtrlConnRsp, &rsp); err != nil {
+	if err := cc.writeCtrl(frame.CtrlConnRsp, &rsp); err != nil {
 		return fmt.Errorf("refused with %v (%v), sending the refusal failed: %w", errno, cause, err)
 	}
 	return fmt.Errorf("refused with -%d (%w): %w", int(errno), errno, cause)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/urnbd/urnbd/rtrs"
+	"github.com/urnbd/urnbd/rtrs/tcp/internal/frame"
 )
 
 // ServerHandler serves the IO requests that clients send to a Server.
@@ -46,7 +47,7 @@ type ServerIO struct {
 	holder atomic.Pointer[ServerConn] // the connection that placed the request holding busy
 	conn   *ServerConn
 	codec  rtrs.ImmCodec
-	hdr    [HeaderSize]byte
+	hdr    [frame.HeaderSize]byte
 }
 
 // Complete answers the request: errno is 0 or a negative errno. A
@@ -58,10 +59,10 @@ func (io *ServerIO) Complete(errno int) {
 	if errno == 0 && !io.Write {
 		n = len(io.Data)
 	}
-	h, err := IORspHeader(io.codec, io.id, errno, n)
+	h, err := frame.IORspHeader(io.codec, io.id, errno, n)
 	if err != nil {
 		// errno out of the 9-bit range: answer EIO rather than nothing.
-		h, _ = IORspHeader(io.codec, io.id, -int(syscall.EIO), 0)
+		h, _ = frame.IORspHeader(io.codec, io.id, -int(syscall.EIO), 0)
 		n = 0
 	}
 	h.MarshalTo(io.hdr[:])
@@ -153,7 +154,7 @@ func (s *Server) sessionIO(sess *rtrs.ServerSession) *sessionIO {
 
 // Place puts an IO_REQ payload into its chunk at the frame's offset, once
 // the chunk's previous request has been answered (see waitChunk).
-func (cp *connPlacer) Place(f *Frame) ([]byte, error) {
+func (cp *connPlacer) Place(f *frame.Frame) ([]byte, error) {
 	sio := cp.sio
 	io := &sio.ios[f.Imm.BufID]
 	if !io.busy.CompareAndSwap(false, true) {
@@ -232,15 +233,15 @@ func (s *Server) serveIO(c *ServerConn) {
 	// The connection reads payloads into the pool: it holds the session.
 	sio.sess.Hold()
 	defer sio.sess.Release()
-	dec := NewDecoder(ToServer)
+	dec := frame.NewDecoder(frame.ToServer)
 	cp := &connPlacer{sio: sio, conn: c, placed: -1}
 	dec.SetSession(s.codec, cp)
 	r := bufio.NewReaderSize(c.nc, 64<<10)
 	idle := s.cfg.HeartbeatInterval * time.Duration(s.cfg.MissedHeartbeats+1)
 	defer s.closePath(p)
-	var ack [HeaderSize]byte
-	HeartbeatHeader(true).MarshalTo(ack[:])
-	c.wbuf = make([]byte, 0, flushThreshold+sio.chunk+HeaderSize)
+	var ack [frame.HeaderSize]byte
+	frame.HeartbeatHeader(true).MarshalTo(ack[:])
+	c.wbuf = make([]byte, 0, flushThreshold+sio.chunk+frame.HeaderSize)
 	for {
 		if r.Buffered() == 0 {
 			// Nothing more to read without blocking: end of the batch.
@@ -260,7 +261,7 @@ func (s *Server) serveIO(c *ServerConn) {
 		_ = c.setInLoop(true)
 		if f.IsCtrl() {
 			// After the handshake only a fence, on cid 0.
-			if c.cid != 0 || f.Ctrl != CtrlFenceReq || !s.fence(c, f.Payload) {
+			if c.cid != 0 || f.Ctrl != frame.CtrlFenceReq || !s.fence(c, f.Payload) {
 				return
 			}
 			continue
@@ -308,8 +309,8 @@ func (s *Server) fence(c *ServerConn, b []byte) bool {
 	case target != nil:
 		target.Owner().ClosePath()
 	}
-	var out [HeaderSize + rtrs.FenceRspSize]byte
-	n, err := PutCtrl(out[:], CtrlFenceRsp, &rsp)
+	var out [frame.HeaderSize + rtrs.FenceRspSize]byte
+	n, err := frame.PutCtrl(out[:], frame.CtrlFenceRsp, &rsp)
 	if err != nil {
 		return false
 	}
@@ -319,7 +320,7 @@ func (s *Server) fence(c *ServerConn, b []byte) bool {
 	return true
 }
 
-func (s *Server) startIO(sio *sessionIO, c *ServerConn, f *Frame) error {
+func (s *Server) startIO(sio *sessionIO, c *ServerConn, f *frame.Frame) error {
 	id := f.Imm.BufID
 	base := int(id) * sio.chunk
 	req, err := rtrs.ParseIOReq(sio.mem[base:base+sio.chunk], f.Imm.Off)

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/urnbd/urnbd/rtrs"
+	"github.com/urnbd/urnbd/rtrs/tcp/internal/frame"
 )
 
 // serverPath is the TCP side of a server path (rtrs.ServerPath): its
@@ -45,7 +46,7 @@ type ServerConn struct {
 	inLoop bool
 	bufs   net.Buffers // a writev of gathered answers and read data, in iovArr
 	iovArr [3][]byte
-	hdr    [HeaderSize]byte // the answer header in bufs
+	hdr    [frame.HeaderSize]byte // the answer header in bufs
 }
 
 // CID returns the connection's index in its path.

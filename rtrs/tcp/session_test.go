@@ -5,13 +5,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/urnbd/urnbd/rtrs/internal/sessiontest"
 	"net"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/urnbd/urnbd/rtrs/internal/sessiontest"
 
 	"github.com/urnbd/urnbd/rtrs"
 )
@@ -348,13 +349,13 @@ func TestSessionFailoverWhenPathDies(t *testing.T) {
 			ch := make(chan string, 1)
 			onQueue(c.Queue(i), func(q *ClientQueue) {
 				st := ""
-				for _, qc := range q.slots {
+				for _, qc := range q.core.Slots {
 					if qc != nil {
-						st += fmt.Sprintf("[slot %d dead %v recv %v poll %v sendq %v]", qc.slot, qc.dead, qc.recvOn, qc.pollOn, !qc.sendq.Empty())
+						st += fmt.Sprintf("[slot %d dead %v recv %v poll %v sendq %v]", qc.Slot, qc.Dead, qc.recvOn, qc.pollOn, !qc.sendq.empty())
 					}
 				}
-				n, inflight, starved := q.reqs.Counts()
-				ch <- fmt.Sprintf(" q%d waiting %d inflight %d starved %v %s;", q.id, n, inflight, starved, st)
+				n, inflight, starved := q.core.Reqs.Counts()
+				ch <- fmt.Sprintf(" q%d waiting %d inflight %d starved %v %s;", q.core.ID, n, inflight, starved, st)
 			})
 			select {
 			case s := <-ch:

@@ -60,8 +60,8 @@ type Session struct {
 	cfg       rtrs.ClientConfig
 	tr        Transport
 	pathsUUID rtrs.UUID
-	link      *rtrs.Link
-	maxRecon  rtrs.ReconnectLimit
+	link      *Link
+	maxRecon  ReconnectLimit
 
 	params  rtrs.Params // set once, by the first connect (started)
 	started atomic.Bool
@@ -81,7 +81,7 @@ type Session struct {
 // New makes a session for tr from cfg, which must be checked
 // (rtrs.ClientConfig.Checked). Its paths start with Dial.
 func New(cfg rtrs.ClientConfig, tr Transport) (*Session, error) {
-	c := &Session{cfg: cfg, tr: tr, policy: cfg.Policy, link: rtrs.NewLink(cfg.HoldIOOnReconnect, cfg.OnLinkEvent),
+	c := &Session{cfg: cfg, tr: tr, policy: cfg.Policy, link: NewLink(cfg.HoldIOOnReconnect, cfg.OnLinkEvent),
 		closing: make(chan struct{})}
 	c.stop, c.cancelStop = context.WithCancel(context.Background())
 	if err := c.maxRecon.Set(cfg.MaxReconnectAttempts); err != nil {
@@ -152,7 +152,7 @@ func (c *Session) Config() *rtrs.ClientConfig { return &c.cfg }
 func (c *Session) PathsUUID() rtrs.UUID { return c.pathsUUID }
 
 // Link returns the session's link state (HoldIOOnReconnect).
-func (c *Session) Link() *rtrs.Link { return c.link }
+func (c *Session) Link() *Link { return c.link }
 
 // Params returns the session parameters the server announced on the
 // session's first connect.
@@ -242,7 +242,7 @@ func (a API) Paths() []rtrs.ClientPathInfo {
 	defer c.mu.Unlock()
 	out := make([]rtrs.ClientPathInfo, len(c.paths))
 	for i, p := range c.paths {
-		out[i] = rtrs.ClientPathInfo{Index: i, Addr: p.addr, State: rtrs.PathStateName(p.state.Load()),
+		out[i] = rtrs.ClientPathInfo{Index: i, Addr: p.addr, State: PathStateName(p.state.Load()),
 			RTT: time.Duration(p.rtt.Load()), LastError: p.connErr.String(), Stats: p.stats}
 	}
 	return out
@@ -272,7 +272,7 @@ func (s API) AddPath(a rtrs.PathAddr) (int, error) {
 	}
 	if err := rtrs.CheckAddPath(a, len(c.paths), func(i int) (rtrs.PathAddr, bool) {
 		p := c.paths[i]
-		return p.addr, p.state.Load() != rtrs.PathStateRemoved
+		return p.addr, p.state.Load() != PathStateRemoved
 	}); err != nil {
 		return 0, err
 	}
@@ -305,7 +305,7 @@ func (c *Session) command(idx int, cmd int32) error {
 	if c.closed.Load() {
 		return fmt.Errorf("path %d: %w", idx, net.ErrClosed)
 	}
-	if idx < 0 || idx >= len(c.paths) || c.paths[idx].state.Load() == rtrs.PathStateRemoved {
+	if idx < 0 || idx >= len(c.paths) || c.paths[idx].state.Load() == PathStateRemoved {
 		return fmt.Errorf("no path %d: %w", idx, syscall.ENOENT)
 	}
 	c.paths[idx].command(cmd)
@@ -331,7 +331,7 @@ func (c *Session) AnyHope() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, p := range c.paths {
-		if rtrs.PathHasHope(p.state.Load()) {
+		if PathHasHope(p.state.Load()) {
 			return true
 		}
 	}

@@ -2,6 +2,7 @@ package session
 
 import (
 	"fmt"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -34,7 +35,7 @@ func (p *Path) fenceLoop(gen uint64) {
 	for p.fencedGen.Load() < gen && !c.closed.Load() {
 		var others []*Path
 		c.EachPath(func(o *Path) {
-			if o != p && o.state.Load() == rtrs.PathStateConnected {
+			if o != p && o.state.Load() == PathStateConnected {
 				others = append(others, o)
 			}
 		})
@@ -146,5 +147,26 @@ func (p *Path) failFences() {
 func (p *Path) markFenced(gen uint64) {
 	if p.fencedGen.Advance(gen) { // gen ≥ 1: after a connect, so after Start
 		p.c.tr.Fenced(p, gen)
+	}
+}
+
+// FencedGen is the newest connect of a client path (the transport numbers
+// them) that the server is known to have closed: the requests of that
+// connect, or an older one, may go again.
+type FencedGen struct{ v atomic.Uint64 }
+
+// Load returns the generation.
+func (f *FencedGen) Load() uint64 { return f.v.Load() }
+
+// Advance raises the generation to gen and reports whether it moved.
+func (f *FencedGen) Advance(gen uint64) bool {
+	for {
+		old := f.v.Load()
+		if gen <= old {
+			return false
+		}
+		if f.v.CompareAndSwap(old, gen) {
+			return true
+		}
 	}
 }

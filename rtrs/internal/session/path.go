@@ -23,7 +23,7 @@ type Path struct {
 	addr     rtrs.PathAddr
 	sessUUID rtrs.UUID
 	initial  bool // one of the session's paths at New (not AddPath)
-	state    rtrs.PathState
+	state    PathState
 	stats    *rtrs.ClientPathStats
 	connErr  rtrs.ConnectError // why the last connect attempt failed
 	rtt      atomic.Int64      // ns, the last heartbeat round trip
@@ -50,7 +50,7 @@ type Path struct {
 	// fencedGen is the newest connect of the path that the server is
 	// known to have closed: the queues resend the requests of that
 	// connect or an older one only then (rtrs.Unfenced).
-	fencedGen rtrs.FencedGen
+	fencedGen FencedGen
 	fenceMu   sync.Mutex
 	fenceQ    []*fenceCall // fences of other paths, for this path's service loop to send
 	fenceOut  *fenceCall   // sent on this path, not answered yet
@@ -69,7 +69,7 @@ func (c *Session) newPath(idx int, a rtrs.PathAddr, initial bool) *Path {
 		first: make(chan error, 1), wakeC: make(chan struct{}, 1), wakeFD: -1}
 	_, _ = rand.Read(p.sessUUID[:])
 	p.state.Bind(c.link)
-	p.state.Store(rtrs.PathStateConnecting)
+	p.state.Store(PathStateConnecting)
 	return p
 }
 
@@ -88,7 +88,7 @@ func (p *Path) SessUUID() rtrs.UUID { return p.sessUUID }
 // Stats returns the path's statistics.
 func (p *Path) Stats() *rtrs.ClientPathStats { return p.stats }
 
-// State returns the path's state (rtrs.PathState*).
+// State returns the path's state (PathState*).
 func (p *Path) State() int32 { return p.state.Load() }
 
 // FencedGen returns the newest connect of the path that the server has
@@ -96,7 +96,7 @@ func (p *Path) State() int32 { return p.state.Load() }
 func (p *Path) FencedGen() uint64 { return p.fencedGen.Load() }
 
 // Usable, Inflight and Latency implement rtrs.PathLoad.
-func (p *Path) Usable() bool    { return p.state.Load() == rtrs.PathStateConnected }
+func (p *Path) Usable() bool    { return p.state.Load() == PathStateConnected }
 func (p *Path) Inflight() int64 { return p.stats.Inflight() }
 func (p *Path) Latency() int64  { return p.rtt.Load() }
 
@@ -212,7 +212,7 @@ func (p *Path) run() {
 	for !c.closed.Load() {
 		switch p.takeCmd() {
 		case cmdRemove:
-			p.settle(rtrs.PathStateRemoved)
+			p.settle(PathStateRemoved)
 			return
 		case cmdDisconnect:
 			if !p.park() {
@@ -243,7 +243,7 @@ func (p *Path) run() {
 				continue
 			}
 			if p.everUp {
-				p.state.Store(rtrs.PathStateReconnecting)
+				p.state.Store(PathStateReconnecting)
 			}
 			p.sleep()
 			continue
@@ -264,7 +264,7 @@ func (p *Path) run() {
 		}
 		p.sleep()
 	}
-	p.state.Store(rtrs.PathStateDisconnected)
+	p.state.Store(PathStateDisconnected)
 }
 
 // connect makes one connect attempt, checks the session parameters and
@@ -306,12 +306,12 @@ func (p *Path) serve(conn Conn, gen uint64) {
 	// requests may go again.
 	p.markFenced(gen - 1)
 	p.hb.reset(c.cfg.HeartbeatInterval)
-	p.state.Store(rtrs.PathStateConnected)
+	p.state.Store(PathStateConnected)
 	p.reportFirst(nil)
 	c.wakeQueues()
 	conn.Serve(p)
 	p.serving.Store(0)
-	p.state.Store(rtrs.PathStateReconnecting)
+	p.state.Store(PathStateReconnecting)
 	conn.Close()
 	p.failFences()
 	if c.Fencing() && !c.closed.Load() {
@@ -339,13 +339,13 @@ func (p *Path) sleep() {
 // park keeps the path disconnected until the user reconnects it (true) or
 // removes it, or the session closes (false).
 func (p *Path) park() bool {
-	p.settle(rtrs.PathStateDisconnected)
+	p.settle(PathStateDisconnected)
 	for !p.c.closed.Load() {
 		switch p.takeCmd() {
 		case cmdReconnect:
 			return true
 		case cmdRemove:
-			p.settle(rtrs.PathStateRemoved)
+			p.settle(PathStateRemoved)
 			return false
 		}
 		<-p.wakeC

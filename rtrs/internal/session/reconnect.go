@@ -1,6 +1,10 @@
-package rtrs
+package session
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"github.com/urnbd/urnbd/rtrs"
+)
 
 // ReconnectLimit is a client session's max_reconnect_attempts: how many
 // failed reconnects in a row a path makes before it gives up and stays
@@ -12,7 +16,7 @@ type ReconnectLimit struct{ n atomic.Int32 }
 // Set changes the limit; it must be -1..MaxReconnectAttemptsLimit
 // (CheckMaxReconnectAttempts), as the kernel's sysfs file.
 func (l *ReconnectLimit) Set(n int) error {
-	if err := CheckMaxReconnectAttempts(n); err != nil {
+	if err := rtrs.CheckMaxReconnectAttempts(n); err != nil {
 		return err
 	}
 	l.n.Store(int32(n))

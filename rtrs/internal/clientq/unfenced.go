@@ -1,6 +1,4 @@
-package rtrs
-
-import "sync/atomic"
+package clientq
 
 // Unfenced keeps a client queue's dead connections whose requests must not
 // go again yet: the server may still have copies of them unread on the
@@ -36,26 +34,5 @@ func (u *Unfenced[C]) Release(match func(C) bool, release func(C)) {
 	u.conns = kept
 	for _, c := range out {
 		release(c)
-	}
-}
-
-// FencedGen is the newest connect of a client path (the transport numbers
-// them) that the server is known to have closed: the requests of that
-// connect, or an older one, may go again.
-type FencedGen struct{ v atomic.Uint64 }
-
-// Load returns the generation.
-func (f *FencedGen) Load() uint64 { return f.v.Load() }
-
-// Advance raises the generation to gen and reports whether it moved.
-func (f *FencedGen) Advance(gen uint64) bool {
-	for {
-		old := f.v.Load()
-		if gen <= old {
-			return false
-		}
-		if f.v.CompareAndSwap(old, gen) {
-			return true
-		}
 	}
 }

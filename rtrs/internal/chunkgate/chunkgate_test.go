@@ -1,4 +1,4 @@
-package rtrs
+package chunkgate
 
 import (
 	"sync"
@@ -7,7 +7,7 @@ import (
 )
 
 func TestChunkGateQueuesInOrder(t *testing.T) {
-	g := NewChunkGate[string](4)
+	g := New[string](4)
 	if !g.Enter(2, "stale") {
 		t.Fatal("free chunk: Enter = false")
 	}
@@ -38,7 +38,7 @@ func TestChunkGateQueuesInOrder(t *testing.T) {
 // and checks that no two ever hold one chunk at once and none is lost.
 func TestChunkGateExclusive(t *testing.T) {
 	const chunks, workers, rounds = 3, 8, 2000
-	g := NewChunkGate[int](chunks)
+	g := New[int](chunks)
 	var holders [chunks]atomic.Int32
 	var ran atomic.Int64
 	var wg sync.WaitGroup
@@ -80,7 +80,7 @@ func TestChunkGateExclusive(t *testing.T) {
 }
 
 func BenchmarkChunkGate(b *testing.B) {
-	g := NewChunkGate[*int](512)
+	g := New[*int](512)
 	r := new(int)
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {

@@ -1,13 +1,15 @@
-package rtrs
+package session
 
 import (
 	"fmt"
 	"testing"
+
+	"github.com/urnbd/urnbd/rtrs"
 )
 
 func TestLinkEventsAndHold(t *testing.T) {
 	var events []string
-	l := NewLink(true, func(ev LinkEvent, gen uint64) { events = append(events, fmt.Sprintf("%v %d", ev, gen)) })
+	l := NewLink(true, func(ev rtrs.LinkEvent, gen uint64) { events = append(events, fmt.Sprintf("%v %d", ev, gen)) })
 	var a, b PathState
 	a.Bind(l)
 	b.Bind(l)
@@ -64,5 +66,18 @@ func TestLinkEventsAndHold(t *testing.T) {
 	c.Store(PathStateConnected)
 	if noHold.Held() {
 		t.Error("a link without hold held IO")
+	}
+}
+
+func TestFencedGen(t *testing.T) {
+	var f FencedGen
+	if !f.Advance(3) || f.Load() != 3 {
+		t.Fatal("3")
+	}
+	if f.Advance(2) || f.Advance(3) || f.Load() != 3 {
+		t.Fatal("a fence went back")
+	}
+	if !f.Advance(4) || f.Load() != 4 {
+		t.Fatal("4")
 	}
 }

@@ -1,4 +1,4 @@
-package rtrs
+package clientq
 
 import (
 	"errors"
@@ -7,15 +7,29 @@ import (
 	"testing"
 	"time"
 
+	"github.com/urnbd/urnbd/rtrs"
 	"golang.org/x/sys/unix"
 )
+
+// Request is the caller's request, as in the transports.
+type Request = rtrs.Request
+
+// permitOf returns the permit r holds on q, or -1.
+func (q *RequestQueue[C]) permitOf(r *Request) int {
+	for id, x := range q.reqs {
+		if x == r {
+			return id
+		}
+	}
+	return -1
+}
 
 // fakeConn is a connection of a fake transport.
 type fakeConn struct {
 	path  int
 	up    bool
 	sent  []*Request
-	stats *ClientPathStats
+	stats *rtrs.ClientPathStats
 }
 
 // fakeCarrier is a transport with one connection per path.
@@ -41,7 +55,7 @@ func (f *fakeCarrier) Pick(skip int) (*fakeConn, bool) {
 	return fallback, fallback != nil
 }
 
-func (f *fakeCarrier) Send(r *Request, c *fakeConn) error {
+func (f *fakeCarrier) Send(r *Request, permit int, c *fakeConn) error {
 	if f.sendErr != nil {
 		return f.sendErr
 	}
@@ -56,7 +70,7 @@ func (f *fakeCarrier) Hope() bool { return f.hope }
 func newFakeCarrier(paths int) *fakeCarrier {
 	f := &fakeCarrier{hope: true}
 	for i := 0; i < paths; i++ {
-		f.conns = append(f.conns, &fakeConn{path: i, up: true, stats: NewClientPathStats(2)})
+		f.conns = append(f.conns, &fakeConn{path: i, up: true, stats: rtrs.NewClientPathStats(2)})
 	}
 	return f
 }
@@ -76,27 +90,27 @@ func newReqs(n int, d *doneLog) []*Request {
 
 func TestRequestQueueSubmitComplete(t *testing.T) {
 	f := newFakeCarrier(1)
-	q := NewRequestQueue(NewQueueSet(NewPermits(4)), 0, f)
+	q := NewRequestQueue(NewQueueSet(rtrs.NewPermits(4)), 0, f)
 	d := &doneLog{errnos: map[*Request]int{}}
 	r := newReqs(1, d)[0]
 	q.Submit(r)
-	if len(f.conns[0].sent) != 1 || r.Permit() < 0 {
-		t.Fatalf("after Submit: sent %d, permit %d", len(f.conns[0].sent), r.Permit())
+	id := q.permitOf(r)
+	if len(f.conns[0].sent) != 1 || id < 0 {
+		t.Fatalf("after Submit: sent %d, permit %d", len(f.conns[0].sent), id)
 	}
-	got, via := q.InFlight(uint32(r.Permit()))
+	got, via := q.InFlight(uint32(id))
 	if got != r || via != f.conns[0] {
-		t.Fatalf("InFlight(%d) = %p, %p; want the request on conn 0", r.Permit(), got, via)
+		t.Fatalf("InFlight(%d) = %p, %p; want the request on conn 0", id, got, via)
 	}
 	if got, _ := q.InFlight(1000); got != nil {
 		t.Error("InFlight of an id beyond the depth returned a request")
 	}
-	id := r.Permit()
-	q.Complete(r, -5, f.conns[0].stats)
+	q.Complete(uint32(id), -5, f.conns[0].stats)
 	if e, ok := d.errnos[r]; !ok || e != -5 {
 		t.Fatalf("Done: called %v errno %d, want -5", ok, e)
 	}
-	if r.Permit() != -1 || q.set.permits.InUse() != 0 {
-		t.Errorf("after Complete: permit %d, %d permits in use", r.Permit(), q.set.permits.InUse())
+	if p := q.permitOf(r); p != -1 || q.set.permits.InUse() != 0 {
+		t.Errorf("after Complete: permit %d, %d permits in use", p, q.set.permits.InUse())
 	}
 	if got, _ := q.InFlight(uint32(id)); got != nil {
 		t.Error("request still in flight after Complete")
@@ -110,7 +124,7 @@ func TestRequestQueueSubmitComplete(t *testing.T) {
 }
 
 func TestRequestQueuePermitStarvation(t *testing.T) {
-	set := NewQueueSet(NewPermits(2))
+	set := NewQueueSet(rtrs.NewPermits(2))
 	fa, fb := newFakeCarrier(1), newFakeCarrier(1)
 	qa := NewRequestQueue(set, 0, fa)
 	qb := NewRequestQueue(set, 1, fb)
@@ -123,22 +137,22 @@ func TestRequestQueuePermitStarvation(t *testing.T) {
 	if w, in, starved := qb.Counts(); w != 1 || in != 0 || !starved {
 		t.Fatalf("queue b: waiting %d in flight %d starved %v; want 1 0 true", w, in, starved)
 	}
-	qa.Complete(rs[0], 0, fa.conns[0].stats)
+	qa.Complete(uint32(qa.permitOf(rs[0])), 0, fa.conns[0].stats)
 	// Queue a's own waiting request takes the permit back at once ...
-	if rs[3].Permit() < 0 {
+	if qa.permitOf(rs[3]) < 0 {
 		t.Error("queue a's waiting request did not get the returned permit")
 	}
 	// ... and queue b, starving, was woken to retry.
 	if fb.wakes != 1 {
 		t.Fatalf("queue b woken %d times, want 1", fb.wakes)
 	}
-	qa.Complete(rs[1], 0, fa.conns[0].stats)
+	qa.Complete(uint32(qa.permitOf(rs[1])), 0, fa.conns[0].stats)
 	if fb.wakes != 1 {
 		t.Errorf("queue b woken %d times before it retried, want 1", fb.wakes)
 	}
 	qb.RetryWaiting()
-	if rs[2].Permit() < 0 || len(fb.conns[0].sent) != 1 {
-		t.Fatalf("queue b's request not sent after the retry: permit %d", rs[2].Permit())
+	if p := qb.permitOf(rs[2]); p < 0 || len(fb.conns[0].sent) != 1 {
+		t.Fatalf("queue b's request not sent after the retry: permit %d", p)
 	}
 	if _, _, starved := qb.Counts(); starved || set.starving.Load() != 0 {
 		t.Errorf("queue b still starving (%v, set count %d)", starved, set.starving.Load())
@@ -149,7 +163,7 @@ func TestRequestQueuePermitStarvation(t *testing.T) {
 // session whose IO holds every other permit (waiting for its devices to be
 // reopened) can still send the admin requests that reopen them.
 func TestRequestQueueAdminReserve(t *testing.T) {
-	set := NewQueueSet(NewPermits(3))
+	set := NewQueueSet(rtrs.NewPermits(3))
 	fio, fadm := newFakeCarrier(1), newFakeCarrier(1)
 	io := NewRequestQueue(set, 0, fio)
 	adm := NewRequestQueue(set, 1, fadm)
@@ -159,15 +173,15 @@ func TestRequestQueueAdminReserve(t *testing.T) {
 	for _, r := range rs[:3] {
 		io.Submit(r)
 	}
-	if len(fio.conns[0].sent) != 2 || rs[2].Permit() >= 0 {
-		t.Fatalf("IO took %d permits (third %d), want 2: the last is the admin queue's", len(fio.conns[0].sent), rs[2].Permit())
+	if p := io.permitOf(rs[2]); len(fio.conns[0].sent) != 2 || p >= 0 {
+		t.Fatalf("IO took %d permits (third %d), want 2: the last is the admin queue's", len(fio.conns[0].sent), p)
 	}
 	adm.Submit(rs[3])
-	if rs[3].Permit() < 0 || len(fadm.conns[0].sent) != 1 {
+	if adm.permitOf(rs[3]) < 0 || len(fadm.conns[0].sent) != 1 {
 		t.Fatal("the admin request did not get the reserved permit")
 	}
 	// Without an admin queue nothing is kept back.
-	set2 := NewQueueSet(NewPermits(2))
+	set2 := NewQueueSet(rtrs.NewPermits(2))
 	f2 := newFakeCarrier(1)
 	q2 := NewRequestQueue(set2, 0, f2)
 	for _, r := range newReqs(2, d) {
@@ -180,7 +194,7 @@ func TestRequestQueueAdminReserve(t *testing.T) {
 
 func TestRequestQueueFailOver(t *testing.T) {
 	f := newFakeCarrier(2)
-	q := NewRequestQueue(NewQueueSet(NewPermits(8)), 0, f)
+	q := NewRequestQueue(NewQueueSet(rtrs.NewPermits(8)), 0, f)
 	d := &doneLog{errnos: map[*Request]int{}}
 	rs := newReqs(3, d)
 	for _, r := range rs {
@@ -189,18 +203,19 @@ func TestRequestQueueFailOver(t *testing.T) {
 	if len(f.conns[0].sent) != 3 {
 		t.Fatalf("%d requests on path 0, want 3", len(f.conns[0].sent))
 	}
-	ids := []int{rs[0].Permit(), rs[1].Permit(), rs[2].Permit()}
+	ids := []int{q.permitOf(rs[0]), q.permitOf(rs[1]), q.permitOf(rs[2])}
 	f.conns[0].up = false
 	q.FailOver(f.conns[0], 0, f.conns[0].stats)
 	for i, r := range rs {
-		if _, via := q.InFlight(uint32(r.Permit())); via != f.conns[1] {
+		id := q.permitOf(r)
+		if _, via := q.InFlight(uint32(id)); via != f.conns[1] {
 			t.Errorf("request %d not on path 1 after failover", i)
 		}
-		if r.Permit() != ids[i] {
-			t.Errorf("request %d changed permit %d → %d; a failover keeps its chunk", i, ids[i], r.Permit())
+		if id != ids[i] {
+			t.Errorf("request %d changed permit %d → %d; a failover keeps its chunk", i, ids[i], id)
 		}
-		if r.Failovers() != 1 {
-			t.Errorf("request %d: %d failovers, want 1", i, r.Failovers())
+		if n := q.failovers[id]; n != 1 {
+			t.Errorf("request %d: %d failovers, want 1", i, n)
 		}
 	}
 	if s := f.conns[0].stats.Snapshot(); s.Failovers != 3 || s.Inflight != 0 {
@@ -226,7 +241,7 @@ func TestRequestQueueFailOver(t *testing.T) {
 func TestRequestQueueWaitsForPathThenCloses(t *testing.T) {
 	f := newFakeCarrier(1)
 	f.conns[0].up = false
-	q := NewRequestQueue(NewQueueSet(NewPermits(2)), 0, f)
+	q := NewRequestQueue(NewQueueSet(rtrs.NewPermits(2)), 0, f)
 	d := &doneLog{errnos: map[*Request]int{}}
 	rs := newReqs(2, d)
 	q.Submit(rs[0])
@@ -254,7 +269,7 @@ func TestRequestQueueWaitsForPathThenCloses(t *testing.T) {
 func TestRequestQueueSendError(t *testing.T) {
 	f := newFakeCarrier(1)
 	f.sendErr = errors.New("cannot encode")
-	q := NewRequestQueue(NewQueueSet(NewPermits(2)), 0, f)
+	q := NewRequestQueue(NewQueueSet(rtrs.NewPermits(2)), 0, f)
 	d := &doneLog{errnos: map[*Request]int{}}
 	r := newReqs(1, d)[0]
 	q.Submit(r)
@@ -266,51 +281,16 @@ func TestRequestQueueSendError(t *testing.T) {
 func TestRequestQueueAllocatesNothing(t *testing.T) {
 	f := newFakeCarrier(1)
 	f.conns[0].sent = make([]*Request, 0, 1)
-	q := NewRequestQueue(NewQueueSet(NewPermits(4)), 0, f)
+	q := NewRequestQueue(NewQueueSet(rtrs.NewPermits(4)), 0, f)
 	done := func(*Request, int) {}
 	r := &Request{Data: make([]byte, 4096), Done: done}
 	allocs := testing.AllocsPerRun(1000, func() {
 		f.conns[0].sent = f.conns[0].sent[:0]
 		q.Submit(r)
-		q.Complete(r, 0, f.conns[0].stats)
+		q.Complete(uint32(q.permitOf(r)), 0, f.conns[0].stats)
 	})
 	if allocs != 0 {
 		t.Errorf("Submit+Complete: %v allocations, want 0", allocs)
-	}
-}
-
-func TestReqList(t *testing.T) {
-	var l ReqList
-	if !l.Empty() || l.Pop() != nil || l.Front() != nil {
-		t.Fatal("zero list not empty")
-	}
-	a, b, c := &Request{Tag: 1}, &Request{Tag: 2}, &Request{Tag: 3}
-	l.Push(b)
-	l.Push(c)
-	l.PushFront(a)
-	var tags []uint64
-	for r := l.Front(); r != nil; r = l.After(r) {
-		tags = append(tags, r.Tag)
-	}
-	if len(tags) != 3 || tags[0] != 1 || tags[1] != 2 || tags[2] != 3 {
-		t.Fatalf("walk: %v, want [1 2 3]", tags)
-	}
-	for _, want := range []*Request{a, b, c} {
-		if got := l.Pop(); got != want {
-			t.Fatalf("Pop = tag %d, want %d", got.Tag, want.Tag)
-		}
-	}
-	if !l.Empty() {
-		t.Error("list not empty after popping all")
-	}
-	l.Push(a)
-	l.Clear()
-	if !l.Empty() {
-		t.Error("list not empty after Clear")
-	}
-	l.Push(b) // re-pushing after Clear must not drag a's old links in
-	if l.Pop() != b || !l.Empty() {
-		t.Error("push after Clear: wrong contents")
 	}
 }
 
@@ -354,99 +334,6 @@ func TestMailbox(t *testing.T) {
 	b.Post(7) // after Close: dropped, no panic
 }
 
-func TestPathState(t *testing.T) {
-	for s, want := range map[int32]string{PathStateConnecting: "connecting", PathStateConnected: "connected",
-		PathStateReconnecting: "reconnecting", PathStateDisconnected: "disconnected", PathStateRemoved: "removed", 42: "unknown"} {
-		if got := PathStateName(s); got != want {
-			t.Errorf("PathStateName(%d) = %q, want %q", s, got, want)
-		}
-	}
-	for s, want := range map[int32]bool{PathStateConnecting: true, PathStateConnected: true,
-		PathStateReconnecting: true, PathStateDisconnected: false, PathStateRemoved: false} {
-		if PathHasHope(s) != want {
-			t.Errorf("PathHasHope(%s) = %v", PathStateName(s), !want)
-		}
-	}
-	if s := (PathAddr{Src: "10.0.0.1", Dst: "10.0.0.2:1234"}).String(); s != "10.0.0.1@10.0.0.2:1234" {
-		t.Errorf("PathAddr.String = %q", s)
-	}
-	if s := (PathAddr{Dst: "h:1"}).String(); s != "h:1" {
-		t.Errorf("PathAddr.String without Src = %q", s)
-	}
-}
-
-func TestConnRspParams(t *testing.T) {
-	p, err := (&ConnRsp{QueueDepth: 512, MaxIOSize: 126976, MaxHdrSize: 4096}).Params()
-	mustNoErr(t, err)
-	if p.ChunkSize != 131072 || p.QueueDepth != 512 || p.MaxIOSize != 126976 {
-		t.Errorf("params %+v", p)
-	}
-	if _, err := p.Codec.IOReq(511, 100); err != nil {
-		t.Errorf("codec of the params refuses buf id 511: %v", err)
-	}
-	mustNoErr(t, p.CheckRequest(&Request{Data: make([]byte, p.MaxIOSize), Usr: make([]byte, p.MaxHdrSize-RdmaReadHdrSize-SGDescSize)}))
-	for _, r := range []*Request{{Data: make([]byte, p.MaxIOSize+1)}, {Usr: make([]byte, p.MaxHdrSize-RdmaReadHdrSize-SGDescSize+1)}} {
-		if err := p.CheckRequest(r); !errors.Is(err, syscall.EINVAL) {
-			t.Errorf("CheckRequest of %d data, %d user bytes: %v, want EINVAL", len(r.Data), len(r.Usr), err)
-		}
-	}
-	_, err = (&ConnRsp{QueueDepth: 512, MaxIOSize: 126976}).Params()
-	wantErr(t, err, ErrOutOfRange)
-	_, err = (&ConnRsp{QueueDepth: 1, MaxIOSize: 1 << 28, MaxHdrSize: 4096}).Params()
-	wantErr(t, err, ErrOutOfRange)
-}
-
-func TestCheckClientSession(t *testing.T) {
-	mustNoErr(t, CheckClientSession("s", 1, 2, -1))
-	for _, tc := range []struct {
-		paths, cids, recon int
-	}{{0, 2, 0}, {MaxPathsNum + 1, 2, 0}, {1, 1, 0}, {1, MaxConnsPerPath + 1, 0}, {1, 2, -2}, {1, 2, 10000}} {
-		if err := CheckClientSession("s", tc.paths, tc.cids, tc.recon); !errors.Is(err, syscall.EINVAL) {
-			t.Errorf("%+v: %v, want EINVAL", tc, err)
-		}
-	}
-	if err := CheckClientSession("", 1, 2, 0); err == nil {
-		t.Error("empty session name accepted")
-	}
-	d, err := ClientConfig{SessName: "s", Paths: make([]PathAddr, 1), Queues: 3, AdminQueue: true, Timeout: time.Second}.Checked()
-	mustNoErr(t, err)
-	if d.Timeout != time.Second || d.ReconnectDelay != ReconnectBackoff || d.HeartbeatInterval != HBInterval || d.MissedHeartbeats != HBMissedMax {
-		t.Errorf("defaults %+v", d)
-	}
-	if d.NumQueues() != 4 || d.CIDNum() != 5 {
-		t.Errorf("3 queues and the admin queue: %d queues, %d cids; want 4, 5", d.NumQueues(), d.CIDNum())
-	}
-	for _, bad := range []ClientConfig{
-		{SessName: "s", Paths: make([]PathAddr, 1), Queues: -1},
-		{SessName: "s", Paths: make([]PathAddr, 1), Timeout: -time.Second},
-		{SessName: "s", Paths: make([]PathAddr, 1), Queues: MaxConnsPerPath},
-	} {
-		if _, err := bad.Checked(); !errors.Is(err, syscall.EINVAL) {
-			t.Errorf("%+v: %v, want EINVAL", bad, err)
-		}
-	}
-}
-
-func TestReconnectLimit(t *testing.T) {
-	var l ReconnectLimit
-	if !l.Reached(0) {
-		t.Error("zero limit: no reconnect allowed, but Reached(0) is false")
-	}
-	mustNoErr(t, l.Set(3))
-	if l.Get() != 3 || l.Reached(2) || !l.Reached(3) {
-		t.Errorf("limit 3: Get %d, Reached(2) %v, Reached(3) %v", l.Get(), l.Reached(2), l.Reached(3))
-	}
-	mustNoErr(t, l.Set(-1))
-	if l.Reached(1 << 30) {
-		t.Error("limit -1 reached")
-	}
-	if err := l.Set(-2); !errors.Is(err, syscall.EINVAL) || l.Get() != -1 {
-		t.Errorf("Set(-2): %v, limit now %d; want EINVAL and -1 kept", err, l.Get())
-	}
-}
-
-// Replace takes the stale messages out, in order, hands them to drop, and
-// wakes the receiver; after Close the new message itself is dropped.
 func TestMailboxReplace(t *testing.T) {
 	b, err := NewMailbox[int]()
 	mustNoErr(t, err)
@@ -474,5 +361,50 @@ func TestMailboxReplace(t *testing.T) {
 	b.Replace(13, stale, drop)
 	if !slices.Equal(dropped, []int{13}) {
 		t.Fatalf("after Close, dropped %v, want [13]", dropped)
+	}
+}
+
+func mustNoErr(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The waiting list keeps order across growth and wrap-around, and a
+// request put back in front comes out first.
+func TestFIFO(t *testing.T) {
+	var f fifo
+	rs := make([]*Request, 40)
+	for i := range rs {
+		rs[i] = &Request{Tag: uint64(i)}
+	}
+	next := 0
+	for round := 0; round < 3; round++ {
+		for i := 0; i < 13; i++ {
+			f.push(waiter{r: rs[(next+i)%len(rs)], permit: -1})
+		}
+		for i := 0; i < 13; i++ {
+			w := f.pop()
+			if i == 5 {
+				f.pushFront(w) // put back: the same one comes next
+				w = f.pop()
+			}
+			if want := rs[(next+i)%len(rs)]; w.r != want {
+				t.Fatalf("round %d: pop %d = request %d, want %d", round, i, w.r.Tag, want.Tag)
+			}
+		}
+		next += 13
+		if f.len() != 0 {
+			t.Fatalf("round %d: %d left", round, f.len())
+		}
+	}
+	for i := 0; i < 33; i++ { // past the first size: grows while wrapped
+		f.push(waiter{r: rs[i]})
+	}
+	for i := 0; i < 33; i++ {
+		if w := f.pop(); w.r != rs[i] {
+			t.Fatalf("after growing: pop %d = request %d", i, w.r.Tag)
+		}
 	}
 }

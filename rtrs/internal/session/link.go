@@ -1,29 +1,11 @@
-package rtrs
+package session
 
 import (
 	"sync"
 	"sync/atomic"
+
+	"github.com/urnbd/urnbd/rtrs"
 )
-
-// LinkEvent is a change of a client session's connectivity as a whole,
-// what the kernel's RTRS client reports to RNBD as a link event.
-type LinkEvent int
-
-const (
-	// LinkDisconnected: the session's last connected path went down.
-	LinkDisconnected LinkEvent = iota
-	// LinkReconnected: a path came up again after all were down. The
-	// server may have lost the session meanwhile (a restart), and with it
-	// whatever the user of the session set up on it (RNBD's open devices).
-	LinkReconnected
-)
-
-func (e LinkEvent) String() string {
-	if e == LinkReconnected {
-		return "reconnected"
-	}
-	return "disconnected"
-}
 
 // Link counts a client session's connected paths and reports when the
 // session loses the last one and when it gets one back. If it holds IO,
@@ -38,14 +20,14 @@ type Link struct {
 	gen     uint64 // reconnects so far
 	hold    bool
 	held    atomic.Bool
-	onEvent func(ev LinkEvent, gen uint64)
+	onEvent func(ev rtrs.LinkEvent, gen uint64)
 }
 
 // NewLink returns a link that calls onEvent (if not nil) on each event,
 // with the number of reconnects so far, and holds IO after a reconnect if
 // hold is set. onEvent runs on the goroutine of the path that changed: it
 // must not block.
-func NewLink(hold bool, onEvent func(ev LinkEvent, gen uint64)) *Link {
+func NewLink(hold bool, onEvent func(ev rtrs.LinkEvent, gen uint64)) *Link {
 	return &Link{hold: hold, onEvent: onEvent}
 }
 
@@ -80,7 +62,7 @@ func (l *Link) pathUp() {
 	gen := l.gen
 	l.mu.Unlock()
 	if reconnected && l.onEvent != nil {
-		l.onEvent(LinkReconnected, gen)
+		l.onEvent(rtrs.LinkReconnected, gen)
 	}
 }
 
@@ -91,7 +73,7 @@ func (l *Link) pathDown() {
 	gen := l.gen
 	l.mu.Unlock()
 	if down && l.onEvent != nil {
-		l.onEvent(LinkDisconnected, gen)
+		l.onEvent(rtrs.LinkDisconnected, gen)
 	}
 }
 

@@ -1,11 +1,14 @@
-package rtrs
+// Package chunkgate serialises the use of a server chunk by the requests of
+// one RTRS session across its paths (see Gate). It knows nothing of the
+// transport that carries the requests.
+package chunkgate
 
 import (
 	"sync"
 	"sync/atomic"
 )
 
-// ChunkGate lets at most one request of a session use a server chunk at a
+// Gate lets at most one request of a session use a server chunk at a
 // time, across all paths of the session, and queues the others in arrival
 // order.
 //
@@ -21,7 +24,7 @@ import (
 //
 // Enter and Leave take one atomic operation each when nothing waits, so the
 // gate costs the IO path no lock. T is the server's request type.
-type ChunkGate[T any] struct {
+type Gate[T any] struct {
 	chunks []gatedChunk[T]
 }
 
@@ -38,15 +41,15 @@ type gatedChunk[T any] struct {
 	waiters []T
 }
 
-// NewChunkGate returns a gate for chunks 0..n-1.
-func NewChunkGate[T any](n int) *ChunkGate[T] {
-	return &ChunkGate[T]{chunks: make([]gatedChunk[T], n)}
+// New returns a gate for chunks 0..n-1.
+func New[T any](n int) *Gate[T] {
+	return &Gate[T]{chunks: make([]gatedChunk[T], n)}
 }
 
 // Enter asks for chunk id on behalf of request r. It returns true when the
 // chunk was free and r now holds it. Otherwise r is queued behind the
 // holder; a later Leave hands the chunk to r and returns it to be run.
-func (g *ChunkGate[T]) Enter(id int, r T) bool {
+func (g *Gate[T]) Enter(id int, r T) bool {
 	c := &g.chunks[id]
 	if c.state.CompareAndSwap(chunkFree, chunkHeld) {
 		return true
@@ -74,7 +77,7 @@ func (g *ChunkGate[T]) Enter(id int, r T) bool {
 // Leave releases chunk id, held by the caller's request. If a request
 // waits for the chunk, Leave hands the chunk to it and returns it with
 // true: the caller must run it.
-func (g *ChunkGate[T]) Leave(id int) (next T, ok bool) {
+func (g *Gate[T]) Leave(id int) (next T, ok bool) {
 	c := &g.chunks[id]
 	if c.state.CompareAndSwap(chunkHeld, chunkFree) {
 		return next, false
@@ -98,7 +101,7 @@ func (g *ChunkGate[T]) Leave(id int) (next T, ok bool) {
 }
 
 // Waiting returns the number of requests queued for chunk id.
-func (g *ChunkGate[T]) Waiting(id int) int {
+func (g *Gate[T]) Waiting(id int) int {
 	c := &g.chunks[id]
 	c.mu.Lock()
 	defer c.mu.Unlock()

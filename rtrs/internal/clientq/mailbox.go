@@ -1,4 +1,4 @@
-package rtrs
+package clientq
 
 import (
 	"fmt"

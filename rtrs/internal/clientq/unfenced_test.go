@@ -1,4 +1,4 @@
-package rtrs
+package clientq
 
 import (
 	"slices"
@@ -19,18 +19,5 @@ func TestUnfenced(t *testing.T) {
 	u.Release(func(int) bool { return true }, func(c int) { out = append(out, c) })
 	if !slices.Equal(out, []int{1, 3}) || u.Len() != 0 {
 		t.Fatalf("released %v, %d left", out, u.Len())
-	}
-}
-
-func TestFencedGen(t *testing.T) {
-	var f FencedGen
-	if !f.Advance(3) || f.Load() != 3 {
-		t.Fatal("3")
-	}
-	if f.Advance(2) || f.Advance(3) || f.Load() != 3 {
-		t.Fatal("a fence went back")
-	}
-	if !f.Advance(4) || f.Load() != 4 {
-		t.Fatal("4")
 	}
 }
