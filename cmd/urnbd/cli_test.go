@@ -2,11 +2,12 @@ package main
 
 import (
 	"errors"
-	"github.com/urnbd/urnbd/internal/clientd"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/urnbd/urnbd/internal/clientd"
 
 	"golang.org/x/sys/unix"
 

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/urnbd/urnbd/internal/clientd"
 	"log"
 	"net"
 	"os"
@@ -14,15 +13,16 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
+	"github.com/urnbd/urnbd/internal/clientd"
+
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
 
-	"github.com/urnbd/urnbd/rnbd"
 	"github.com/urnbd/urnbd/ublk"
 )
 
@@ -163,14 +163,13 @@ func listCommand() *cli.Command {
 	}
 }
 
-// clientDaemon is the state of the running client daemon.
+// clientDaemon is the running client daemon: its registry of sessions
+// and devices (clientd.Registry), its socket and its observers.
 type clientDaemon struct {
-	mu       sync.Mutex
-	ctrl     *ublk.Control
-	sessions map[string]*daemonSession
-	devices  map[uint32]*daemonDevice
-	ln       net.Listener
-	obs      *observer
+	ctrl *ublk.Control
+	reg  *clientd.Registry
+	ln   net.Listener
+	obs  *observer
 	// persist keeps the daemon running with no device mapped (under
 	// systemd); otherwise it exits after the last unmap.
 	persist bool
@@ -179,26 +178,7 @@ type clientDaemon struct {
 	stopping chan struct{}
 	// idle is set when the last device of a daemon without persist was
 	// unmapped: it exits once that request has its reply.
-	idle bool
-}
-
-type daemonSession struct {
-	spec   clientd.MapSpec // the map request that opened it
-	client *rnbd.Client
-	devs   int
-}
-
-// fits checks a map request for another device of the session
-// (clientd.Session.Fits) and fills in the session's transport.
-func (s *daemonSession) fits(spec *clientd.MapSpec, queues, devices int) error {
-	cs := clientd.Session{Spec: s.spec, Queues: s.client.Queues(), MaxDevices: s.client.MaxDevices()}
-	return cs.Fits(spec, queues, devices)
-}
-
-type daemonDevice struct {
-	spec clientd.MapSpec
-	sess *daemonSession
-	dev  *rnbd.Device
+	idle atomic.Bool
 }
 
 // daemonFlags are the client daemon's options; map passes them on when it
@@ -241,8 +221,23 @@ func clientDaemonCommand() *cli.Command {
 			if c.Bool("no-bpf") {
 				noBPF = "disabled by --no-bpf"
 			}
-			d := &clientDaemon{ctrl: ctrl, sessions: map[string]*daemonSession{}, devices: map[uint32]*daemonDevice{}, ln: ln,
+			d := &clientDaemon{ctrl: ctrl, reg: clientd.NewRegistry(ctrl, records()), ln: ln,
 				obs: newObserver(noBPF), persist: c.Bool("persist"), stopping: make(chan struct{})}
+			d.reg.InUse = clientd.DeviceUsers
+			d.reg.OnSession = func(s *clientd.Session) {
+				if s.Spec.Transport == "rdma" {
+					// Count completion CPUs from the start: ib_uverbs is loaded now.
+					d.obs.completionCPU()
+				}
+			}
+			d.reg.OnDevice = func(id uint32, added bool) {
+				if added {
+					d.obs.addDevice(id)
+				} else {
+					d.obs.removeDevice(id)
+				}
+			}
+			d.reg.Logf = func(format string, args ...any) { log.Printf("urnbd client daemon: "+format, args...) }
 			defer d.obs.close()
 			if addr := c.String("metrics-listen"); addr != "" {
 				if err := d.serveMetrics(addr); err != nil {
@@ -254,7 +249,7 @@ func clientDaemonCommand() *cli.Command {
 			if err := os.WriteFile(pidFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600); err == nil {
 				defer os.Remove(pidFile)
 			}
-			d.recoverDevices()
+			d.reg.RecoverRecorded(d.stopping)
 			sigs := make(chan os.Signal, 1)
 			signal.Notify(sigs, unix.SIGINT, unix.SIGTERM)
 			go func() { <-sigs; d.shutdown(); ln.Close() }()
@@ -273,10 +268,7 @@ func clientDaemonCommand() *cli.Command {
 
 func (d *clientDaemon) serve(conn net.Conn) {
 	clientd.Serve(conn, d.handle)
-	d.mu.Lock()
-	idle := d.idle && len(d.devices) == 0
-	d.mu.Unlock()
-	if idle {
+	if d.idle.Load() && d.reg.Idle() {
 		d.ln.Close() // the accept loop ends and the daemon exits
 	}
 }
@@ -291,7 +283,7 @@ func (d *clientDaemon) handle(req *clientd.Request) (*clientd.Reply, error) {
 	case "unmap":
 		err = d.unmapDev(req.Device, req.Force)
 	case "list":
-		rep.Devices = d.list()
+		rep.Devices = d.reg.List()
 	case "stats":
 		var st *statsReport
 		if st, err = d.collectStats(req.Force); err == nil {
@@ -308,139 +300,27 @@ func (d *clientDaemon) handle(req *clientd.Request) (*clientd.Reply, error) {
 }
 
 func (d *clientDaemon) mapDev(req *clientd.Request) (string, error) {
-	spec := req.Spec
-	if spec == nil {
+	if req.Spec == nil {
 		return "", fmt.Errorf("map: no spec: %w", unix.EINVAL)
 	}
-	if err := spec.CheckMode(); err != nil {
-		return "", fmt.Errorf("map: %w", err)
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for _, dd := range d.devices {
-		if dd.spec.SessName == spec.SessName && dd.spec.DevicePath == spec.DevicePath {
-			return "", fmt.Errorf("map: %s of session %s is already mapped as %s: %w", spec.DevicePath, spec.SessName, ublk.BlockPath(dd.dev.UblkDevice().ID()), unix.EEXIST)
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	rec := clientd.Record{Spec: *spec, Queues: req.Queues, SessionDevices: req.SessionDevices}
-	sess, err := d.sessionFor(ctx, &rec)
+	rec := clientd.Record{Spec: *req.Spec, Queues: req.Queues, SessionDevices: req.SessionDevices}
+	dev, err := d.reg.Map(context.Background(), &rec, req.Depth)
 	if err != nil {
 		return "", err
 	}
-	dev, err := sess.client.Map(ctx, d.ctrl, spec.DevicePath, spec.Mode, rnbd.MapOptions{ID: -1, Depth: req.Depth})
-	if err != nil {
-		d.dropIfUnused(sess)
-		return "", fmt.Errorf("map %s: %w", spec.DevicePath, err)
-	}
-	d.addDevice(sess, &rec, dev)
-	log.Printf("urnbd client daemon: mapped %s of session %s as %s", spec.DevicePath, spec.SessName, ublk.BlockPath(dev.UblkDevice().ID()))
-	return ublk.BlockPath(dev.UblkDevice().ID()), nil
-}
-
-// sessionFor returns the session a device record names, dialling it if there
-// is none; d.mu is held. rec.Spec's transport is filled in.
-func (d *clientDaemon) sessionFor(ctx context.Context, rec *clientd.Record) (*daemonSession, error) {
-	spec := &rec.Spec
-	if sess := d.sessions[spec.SessName]; sess != nil {
-		return sess, sess.fits(spec, rec.Queues, rec.SessionDevices)
-	}
-	client, err := clientd.Dial(ctx, spec, rec.Queues, rec.SessionDevices)
-	if err != nil {
-		return nil, err
-	}
-	sess := &daemonSession{spec: *spec, client: client}
-	d.sessions[spec.SessName] = sess
-	if spec.Transport == "rdma" {
-		// Count completion CPUs from the start: ib_uverbs is loaded now.
-		d.obs.completionCPU()
-	}
-	return sess, nil
-}
-
-// dropIfUnused closes a session that maps no device (a map that failed
-// made it); d.mu is held.
-func (d *clientDaemon) dropIfUnused(sess *daemonSession) {
-	if sess.devs == 0 {
-		sess.client.Close()
-		delete(d.sessions, sess.spec.SessName)
-	}
-}
-
-// addDevice registers a mapped device and records it for a daemon that
-// may have to recover it (recoverDevices); d.mu is held.
-func (d *clientDaemon) addDevice(sess *daemonSession, rec *clientd.Record, dev *rnbd.Device) {
-	sess.devs++
-	d.idle = false
-	id := dev.UblkDevice().ID()
-	d.devices[id] = &daemonDevice{spec: rec.Spec, sess: sess, dev: dev}
-	d.obs.addDevice(id)
-	if err := records().Save(id, rec); err != nil {
-		log.Printf("urnbd client daemon: %s cannot be recovered should this daemon die: %v", ublk.BlockPath(id), err)
-	}
+	d.idle.Store(false)
+	return ublk.BlockPath(dev.ID), nil
 }
 
 func (d *clientDaemon) unmapDev(id uint32, force bool) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	dd := d.devices[id]
-	if dd == nil {
-		return fmt.Errorf("unmap: %s is not a mapped RNBD device: %w", ublk.BlockPath(id), unix.ENOENT)
-	}
-	if !force {
-		if who := deviceUsers(id); who != "" {
-			return fmt.Errorf("unmap: %s is in use (%s); close it, or unmap --force: %w", ublk.BlockPath(id), who, unix.EBUSY)
-		}
-	}
-	d.obs.removeDevice(id)
-	err := dd.dev.Unmap(context.Background())
-	delete(d.devices, id)
-	records().Remove(id)
-	if dd.sess.devs--; dd.sess.devs == 0 {
-		// Closing the session tears down its paths' connections (RDMA
-		// disconnects wait for the peer): unmap need not wait for that.
-		go dd.sess.client.Close()
-		delete(d.sessions, dd.spec.SessName)
-	}
-	log.Printf("urnbd client daemon: unmapped %s", ublk.BlockPath(id))
-	if len(d.devices) == 0 && !d.persist {
-		d.idle = true // serve closes the listener once it has replied
+	last, err := d.reg.Unmap(context.Background(), id, force)
+	if last && !d.persist {
+		d.idle.Store(true) // serve closes the listener once it has replied
 	}
 	return err
 }
 
-func (d *clientDaemon) list() []clientd.ListEntry {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	var out []clientd.ListEntry
-	for id, dd := range d.devices {
-		e := clientd.ListEntry{Device: ublk.BlockPath(id), SessName: dd.spec.SessName, MapPath: dd.spec.DevicePath,
-			AccessMode: dd.spec.AccessMode, State: "open", Transport: dd.spec.Transport}
-		if info, err := d.ctrl.DevInfo(id); (err == nil && info.State != ublk.StateLive) || !dd.dev.Open() {
-			e.State = "closed"
-		}
-		for _, p := range dd.sess.client.Paths() {
-			state := p.State
-			if p.LastError != "" && p.State != "connected" {
-				state += ": " + p.LastError
-			}
-			e.Paths = append(e.Paths, p.Addr+" ("+state+")")
-		}
-		out = append(out, e)
-	}
-	return out
-}
-
 func (d *clientDaemon) shutdown() {
 	close(d.stopping)
-	d.mu.Lock()
-	ids := make([]uint32, 0, len(d.devices))
-	for id := range d.devices {
-		ids = append(ids, id)
-	}
-	d.mu.Unlock()
-	for _, id := range ids {
-		d.unmapDev(id, true)
-	}
+	d.reg.UnmapAll(context.Background())
 }

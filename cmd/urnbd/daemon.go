@@ -4,13 +4,14 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
-	"github.com/urnbd/urnbd/internal/clientd"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/urnbd/urnbd/internal/clientd"
 
 	"golang.org/x/sys/unix"
 )

@@ -4,12 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/urnbd/urnbd/internal/clientd"
 	"net"
 	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/urnbd/urnbd/internal/clientd"
 
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
@@ -146,19 +147,10 @@ func askDaemon(req *clientd.Request, missing string) (*clientd.Reply, error) {
 
 func noSession(name string) string { return "session " + name + ": no such session" }
 
-// session returns the named session; the daemon's lock is held.
-func (d *clientDaemon) session(name string) (*daemonSession, error) {
-	s := d.sessions[name]
-	if s == nil {
-		return nil, fmt.Errorf("session %q: no such session: %w", name, unix.ENOENT)
-	}
-	return s, nil
-}
-
 // findPath resolves a path named by index or address (with or without
 // the "ip:" prefixes that the kernel's path names carry).
-func findPath(s *daemonSession, name string) (int, error) {
-	paths := s.client.Paths()
+func findPath(s *clientd.Session, name string) (int, error) {
+	paths := s.Client.Paths()
 	if i, err := strconv.Atoi(name); err == nil {
 		for _, p := range paths {
 			if p.Index == i {
@@ -172,20 +164,18 @@ func findPath(s *daemonSession, name string) (int, error) {
 			return p.Index, nil
 		}
 	}
-	return 0, fmt.Errorf("session %q has no path %q: %w", s.spec.SessName, name, unix.ENOENT)
+	return 0, fmt.Errorf("session %q has no path %q: %w", s.Spec.SessName, name, unix.ENOENT)
 }
 
 // pathRequest carries out `urnbd path ...`; add returns the new index.
 func (d *clientDaemon) pathRequest(req *clientd.Request) (string, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	s, err := d.session(req.Session)
+	s, err := d.reg.Session(req.Session)
 	if err != nil {
 		return "", err
 	}
 	if req.PathOp == "add" {
 		src, dst, _ := strings.Cut(req.Path, "@")
-		idx, err := s.client.AddPath(src, dst)
+		idx, err := s.Client.AddPath(src, dst)
 		if err != nil {
 			return "", err
 		}
@@ -199,14 +189,12 @@ func (d *clientDaemon) pathRequest(req *clientd.Request) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return "", s.client.PathOp(idx, op)
+	return "", s.Client.PathOp(idx, op)
 }
 
 // sessionSet carries out `urnbd session set KEY SESSNAME VALUE`.
 func (d *clientDaemon) sessionSet(req *clientd.Request) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	s, err := d.session(req.Session)
+	s, err := d.reg.Session(req.Session)
 	if err != nil {
 		return err
 	}
@@ -216,14 +204,14 @@ func (d *clientDaemon) sessionSet(req *clientd.Request) error {
 		if err != nil {
 			return err
 		}
-		s.client.SetPolicy(p)
+		s.Client.SetPolicy(p)
 		return nil
 	case "max-reconnect-attempts":
 		n, err := strconv.Atoi(req.Value)
 		if err != nil {
 			return fmt.Errorf("max-reconnect-attempts %q: want a number, -1 for forever: %w", req.Value, unix.EINVAL)
 		}
-		return s.client.SetMaxReconnectAttempts(n)
+		return s.Client.SetMaxReconnectAttempts(n)
 	}
 	return fmt.Errorf("session setting %q: want mp-policy or max-reconnect-attempts: %w", req.Key, unix.EINVAL)
 }

@@ -5,12 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/urnbd/urnbd/internal/clientd"
 	"io"
-	"maps"
 	"os"
-	"slices"
 	"strings"
+
+	"github.com/urnbd/urnbd/internal/clientd"
 
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
@@ -94,15 +93,14 @@ func onOrWhy(err error) string {
 // collectStats gathers the daemon's statistics; reset clears them after
 // reading (as the kernel's reset_all, and the eBPF maps too).
 func (d *clientDaemon) collectStats(reset bool) (*statsReport, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	sessions, devices := d.reg.Sessions(), d.reg.Devices()
 	rep := &statsReport{Sessions: []sessionReport{}, Devices: []deviceReport{}, IRQs: []rdma.DeviceIRQs{}}
 	blk, blkErr := d.obs.blockLatency()
 	rep.EBPF.BlockLatency = onOrWhy(blkErr)
 	var cqCounts []bpf.CQCount
 	compErr := errors.New("no RDMA session")
-	for _, s := range d.sessions {
-		if s.spec.Transport == "rdma" {
+	for _, s := range sessions {
+		if s.Spec.Transport == "rdma" {
 			var comp *bpf.CompletionCPU
 			if comp, compErr = d.obs.completionCPU(); compErr == nil {
 				cqCounts, compErr = comp.CQs()
@@ -112,14 +110,13 @@ func (d *clientDaemon) collectStats(reset bool) (*statsReport, error) {
 	}
 	rep.EBPF.CompletionCPU = onOrWhy(compErr)
 
-	for _, name := range slices.Sorted(maps.Keys(d.sessions)) {
-		sess := d.sessions[name]
-		sr := sessionReport{Name: name, Transport: sess.spec.Transport}
-		cqs := sess.client.CompletionQueues()
-		for _, p := range sess.client.Paths() {
+	for _, sess := range sessions {
+		sr := sessionReport{Name: sess.Spec.SessName, Transport: sess.Spec.Transport}
+		cqs := sess.Client.CompletionQueues()
+		for _, p := range sess.Client.Paths() {
 			pr := pathReport{Index: p.Index, Addr: p.Addr, State: p.State, LastError: p.LastError, CurLatencyNs: p.RTT.Nanoseconds(), Stats: p.Stats.Snapshot()}
 			switch {
-			case sess.spec.Transport != "rdma":
+			case sess.Spec.Transport != "rdma":
 				pr.CPUMigration = "not measured over TCP: its queues are woken by sockets, not by RDMA completion handlers"
 			case compErr != nil:
 				pr.CPUMigration = "eBPF completion CPU program unavailable: " + compErr.Error()
@@ -150,9 +147,8 @@ func (d *clientDaemon) collectStats(reset bool) (*statsReport, error) {
 		rep.Sessions = append(rep.Sessions, sr)
 	}
 
-	for _, id := range slices.Sorted(maps.Keys(d.devices)) {
-		dd := d.devices[id]
-		dr := deviceReport{Device: ublk.BlockPath(id), SessName: dd.spec.SessName, MapPath: dd.spec.DevicePath, Transport: dd.spec.Transport}
+	for _, dd := range devices {
+		dr := deviceReport{Device: ublk.BlockPath(dd.ID), SessName: dd.Spec.SessName, MapPath: dd.Spec.DevicePath, Transport: dd.Spec.Transport}
 		err := blkErr
 		if err == nil {
 			var dev uint64

@@ -162,6 +162,27 @@ func TestDial(t *testing.T) {
 	}
 	// A real RNBD server on loopback: the session opens over TCP, the
 	// default transport, with what the request asked for.
+	spec := loopbackSpec(t, "clientd", "a.img")
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	c, err := Dial(dctx, spec, 2, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if spec.Transport != DefaultTransport || c.Queues() != 2 || c.MaxDevices() != 3 {
+		t.Errorf("session: transport %q, %d queues, %d devices; want %s, 2, 3", spec.Transport, c.Queues(), c.MaxDevices(), DefaultTransport)
+	}
+	if ps := c.Paths(); len(ps) != 1 || ps[0].State != "connected" {
+		t.Errorf("paths %+v", ps)
+	}
+}
+
+// loopbackSpec starts an RNBD server over TCP on loopback, exporting an
+// empty folder, and returns a map request for device dev of session sess
+// on it.
+func loopbackSpec(t *testing.T, sess, dev string) *MapSpec {
+	t.Helper()
 	srv, err := rnbd.NewServer(rnbd.ServerConfig{DevSearchPath: t.TempDir(), Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
@@ -176,23 +197,11 @@ func TestDial(t *testing.T) {
 		t.Fatal(err)
 	}
 	go rs.Serve(ln)
-	defer func() { rs.Close(); tab.Close() }()
+	t.Cleanup(func() { rs.Close(); tab.Close() })
 	port := ln.Addr().(*net.TCPAddr).Port
-	spec, err := ParseMapString([]string{"sessname=clientd dest_port=" + strconv.Itoa(port) + " path=ip:127.0.0.1@ip:127.0.0.1 device_path=a.img"})
+	spec, err := ParseMapString([]string{"sessname=" + sess + " dest_port=" + strconv.Itoa(port) + " path=ip:127.0.0.1@ip:127.0.0.1 device_path=" + dev})
 	if err != nil {
 		t.Fatal(err)
 	}
-	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	c, err := Dial(dctx, spec, 2, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if spec.Transport != DefaultTransport || c.Queues() != 2 || c.MaxDevices() != 3 {
-		t.Errorf("session: transport %q, %d queues, %d devices; want %s, 2, 3", spec.Transport, c.Queues(), c.MaxDevices(), DefaultTransport)
-	}
-	if ps := c.Paths(); len(ps) != 1 || ps[0].State != "connected" {
-		t.Errorf("paths %+v", ps)
-	}
+	return spec
 }

@@ -50,13 +50,6 @@ func Dial(ctx context.Context, spec *MapSpec, queues, devices int) (*rnbd.Client
 	return c, nil
 }
 
-// Session is what Fits needs to know of an open session.
-type Session struct {
-	Spec       MapSpec // the map request that opened it
-	Queues     int
-	MaxDevices int
-}
-
 // Fits checks a map request for another device of session s. As the
 // kernel does, it ignores the request's paths (the session's may have
 // changed since, by path add and remove); a transport, queue count or

@@ -1,3 +1,7 @@
+// Package frame is the framing of RTRS over TCP (see package rtrs/tcp for
+// the format): frame headers, their encoding, and the incremental Decoder
+// that checks every frame against the session before its payload lands.
+// It knows nothing of sockets or sessions.
 package frame
 
 import (
