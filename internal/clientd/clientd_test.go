@@ -12,9 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/urnbd/urnbd/internal/rnbdtest"
 	"github.com/urnbd/urnbd/rnbd"
-	"github.com/urnbd/urnbd/rtrs"
-	"github.com/urnbd/urnbd/rtrs/tcp"
 )
 
 func TestRecords(t *testing.T) {
@@ -183,23 +182,11 @@ func TestDial(t *testing.T) {
 // on it.
 func loopbackSpec(t *testing.T, sess, dev string) *MapSpec {
 	t.Helper()
-	srv, err := rnbd.NewServer(rnbd.ServerConfig{DevSearchPath: t.TempDir(), Logf: t.Logf})
+	_, port, err := net.SplitHostPort(rnbdtest.ServeTCP(t, rnbd.ServerConfig{DevSearchPath: t.TempDir()}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	tab := rtrs.NewServerTable(rtrs.ServerTableConfig{OnRelease: srv.ReleaseSession, Logf: t.Logf})
-	rs, err := tcp.NewServer(tcp.ServerConfig{QueueDepth: 64, Handler: srv, Sessions: tab})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go rs.Serve(ln)
-	t.Cleanup(func() { rs.Close(); tab.Close() })
-	port := ln.Addr().(*net.TCPAddr).Port
-	spec, err := ParseMapString([]string{"sessname=" + sess + " dest_port=" + strconv.Itoa(port) + " path=ip:127.0.0.1@ip:127.0.0.1 device_path=" + dev})
+	spec, err := ParseMapString([]string{"sessname=" + sess + " dest_port=" + port + " path=ip:127.0.0.1@ip:127.0.0.1 device_path=" + dev})
 	if err != nil {
 		t.Fatal(err)
 	}

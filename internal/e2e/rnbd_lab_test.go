@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/urnbd/urnbd/internal/labtest"
+	"github.com/urnbd/urnbd/internal/rnbdtest"
 	"github.com/urnbd/urnbd/rnbd"
 	"github.com/urnbd/urnbd/rtrs"
 	"github.com/urnbd/urnbd/rtrs/tcp"
@@ -22,23 +22,10 @@ import (
 // and returns a client session to it.
 func rnbdOverTCP(t *testing.T, dir string) *rnbd.Client {
 	t.Helper()
-	srv, err := rnbd.NewServer(rnbd.ServerConfig{DevSearchPath: dir, MaxIOSize: 126976, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs, err := tcp.NewServer(tcp.ServerConfig{Handler: srv})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go rs.Serve(ln)
-	t.Cleanup(func() { rs.Close() })
+	addr := rnbdtest.ServeTCP(t, rnbd.ServerConfig{DevSearchPath: dir, MaxIOSize: 126976})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := rnbd.DialTCP(ctx, tcp.ClientConfig{SessName: "e2e", Paths: []tcp.PathAddr{{Dst: ln.Addr().String()}},
+	c, err := rnbd.DialTCP(ctx, tcp.ClientConfig{SessName: "e2e", Paths: []tcp.PathAddr{{Dst: addr}},
 		Queues: 2, Policy: rtrs.MinInflight, MaxReconnectAttempts: -1})
 	if err != nil {
 		t.Fatal(err)
