@@ -27,7 +27,7 @@ func testServerConfig(t *testing.T, cfg ServerConfig) string {
 		t.Fatal(err)
 	}
 	tab := rtrs.NewServerTable(rtrs.ServerTableConfig{Linger: testLinger, OnRelease: srv.ReleaseSession, Logf: cfg.Logf})
-	rs, err := tcp.NewServer(tcp.ServerConfig{QueueDepth: 64, Handler: srv, Sessions: tab})
+	rs, err := tcp.NewServer(tcp.ServerConfig{ServerConfig: rtrs.ServerConfig{QueueDepth: 64, Sessions: tab}, Handler: srv})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +300,7 @@ func TestServerSessNameSearchPath(t *testing.T) {
 	mkFile(t, filepath.Join(root, "sess-a"), "disk.img", 1<<20, 0)
 	srvAddr := func() string {
 		srv, _ := NewServer(ServerConfig{DevSearchPath: root + "/%SESSNAME%", MaxIOSize: 126976, Logf: t.Logf})
-		rs, _ := tcp.NewServer(tcp.ServerConfig{QueueDepth: 64, Handler: srv})
+		rs, _ := tcp.NewServer(tcp.ServerConfig{ServerConfig: rtrs.ServerConfig{QueueDepth: 64}, Handler: srv})
 		ln, _ := net.Listen("tcp", "127.0.0.1:0")
 		go rs.Serve(ln)
 		t.Cleanup(func() { rs.Close() })

@@ -67,3 +67,24 @@ func TestCheckClientSession(t *testing.T) {
 		}
 	}
 }
+
+func TestServerConfigChecked(t *testing.T) {
+	c, err := ServerConfig{}.Checked()
+	if err != nil || c.QueueDepth != DefaultSessQueueDepth || c.ChunkSize != DefaultMaxChunkSize ||
+		c.MaxHdrSize != DefaultMaxHdrSize || c.HeartbeatInterval != HBInterval || c.MissedHeartbeats != HBMissedMax || c.Logf == nil {
+		t.Fatalf("defaults: %+v, %v", c, err)
+	}
+	if got, want := c.SilenceLimit(), HBInterval*time.Duration(HBMissedMax+1); got != want {
+		t.Errorf("SilenceLimit %v, want %v", got, want)
+	}
+	for _, bad := range []ServerConfig{
+		{ChunkSize: 3000},                   // not a power of two
+		{QueueDepth: MaxSessQueueDepth + 1}, // too deep
+		{ChunkSize: 4096, MaxHdrSize: 4096}, // no room for data
+		{MissedHeartbeats: -1},
+	} {
+		if _, err := bad.Checked(); !errors.Is(err, ErrOutOfRange) {
+			t.Errorf("Checked(%+v) = %v, want ErrOutOfRange", bad, err)
+		}
+	}
+}

@@ -89,7 +89,7 @@ func runServer(c *cli.Context) error {
 		tab.Close()
 		tab.Wait()
 	}()
-	rs, err := tcp.NewServer(tcp.ServerConfig{QueueDepth: c.Int("queue-depth"), ChunkSize: int(chunk), Handler: srv, Sessions: tab})
+	rs, err := tcp.NewServer(tcp.ServerConfig{ServerConfig: rtrs.ServerConfig{QueueDepth: c.Int("queue-depth"), ChunkSize: int(chunk), Sessions: tab}, Handler: srv})
 	if err != nil {
 		return fmt.Errorf("server parameters: %w", err)
 	}
@@ -116,8 +116,7 @@ func runServer(c *cli.Context) error {
 				return fmt.Errorf("listen %q: want rdma://IP:PORT: %w", u, unix.EINVAL)
 			}
 			if rdmaSrv == nil {
-				rdmaSrv, err = rdmatr.NewServer(rdmatr.ServerConfig{QueueDepth: c.Int("queue-depth"), ChunkSize: int(chunk), Handler: srv.RDMA(),
-					Sessions: tab, Logf: log.Printf})
+				rdmaSrv, err = rdmatr.NewServer(rdmatr.ServerConfig{ServerConfig: rtrs.ServerConfig{QueueDepth: c.Int("queue-depth"), ChunkSize: int(chunk), Sessions: tab, Logf: log.Printf}, Handler: srv.RDMA()})
 				if err != nil {
 					return fmt.Errorf("server parameters: %w", err)
 				}

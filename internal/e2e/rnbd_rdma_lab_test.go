@@ -269,8 +269,7 @@ func serveRDMA(t *testing.T, dir string, addrs ...string) (stop func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, err := rdmatr.NewServer(rdmatr.ServerConfig{QueueDepth: 128, Handler: srv.RDMA(),
-		HeartbeatInterval: 500 * time.Millisecond, MissedHeartbeats: 3})
+	rs, err := rdmatr.NewServer(rdmatr.ServerConfig{ServerConfig: rtrs.ServerConfig{QueueDepth: 128, HeartbeatInterval: 500 * time.Millisecond, MissedHeartbeats: 3}, Handler: srv.RDMA()})
 	if err != nil {
 		t.Fatal(err)
 	}

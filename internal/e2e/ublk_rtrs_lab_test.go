@@ -91,7 +91,7 @@ func (h *rtrsQueue) Close() error { return nil }
 func TestLabUblkOverRTRS(t *testing.T) {
 	labtest.NeedUblk(t)
 	const size = 256 << 20
-	srv, err := tcp.NewServer(tcp.ServerConfig{QueueDepth: 256, Handler: &memServer{mem: make([]byte, size)}})
+	srv, err := tcp.NewServer(tcp.ServerConfig{ServerConfig: rtrs.ServerConfig{QueueDepth: 256}, Handler: &memServer{mem: make([]byte, size)}})
 	if err != nil {
 		t.Fatal(err)
 	}

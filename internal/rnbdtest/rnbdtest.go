@@ -24,7 +24,7 @@ func ServeTCP(t testing.TB, cfg rnbd.ServerConfig) string {
 		t.Fatal(err)
 	}
 	tab := rtrs.NewServerTable(rtrs.ServerTableConfig{OnRelease: srv.ReleaseSession, Logf: cfg.Logf})
-	rs, err := tcp.NewServer(tcp.ServerConfig{QueueDepth: 64, Handler: srv, Sessions: tab})
+	rs, err := tcp.NewServer(tcp.ServerConfig{ServerConfig: rtrs.ServerConfig{QueueDepth: 64, Sessions: tab}, Handler: srv})
 	if err != nil {
 		t.Fatal(err)
 	}

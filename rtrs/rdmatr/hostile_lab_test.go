@@ -158,7 +158,7 @@ func TestLabHostileStaleWriteAfterPartition(t *testing.T) {
 	t.Cleanup(delQdisc)
 	delQdisc()
 	backend := &memBackend{mem: make([]byte, 1<<20)}
-	srv, err := NewServer(ServerConfig{QueueDepth: labQD, ChunkSize: labChunk, Handler: backend, Logf: t.Logf}) // heartbeats: 5 s × 5
+	srv, err := NewServer(ServerConfig{ServerConfig: rtrs.ServerConfig{QueueDepth: labQD, ChunkSize: labChunk, Logf: t.Logf}, Handler: backend}) // heartbeats: 5 s × 5
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -248,7 +248,7 @@ func startLabEnv(t *testing.T, e *labEnv, paths int, queues, slotsPerQueue int, 
 	needLab(t)
 	e.backend, e.runErr = &memBackend{mem: make([]byte, queues*slotsPerQueue*4*blockSz)}, make(chan error, queues)
 	var err error
-	e.srv, err = NewServer(ServerConfig{QueueDepth: labQD, ChunkSize: labChunk, Handler: e.backend, HeartbeatInterval: hb, Logf: t.Logf})
+	e.srv, err = NewServer(ServerConfig{ServerConfig: rtrs.ServerConfig{QueueDepth: labQD, ChunkSize: labChunk, HeartbeatInterval: hb, Logf: t.Logf}, Handler: e.backend})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1021,7 +1021,7 @@ func onQueue(q *ClientQueue, fn func(q *ClientQueue)) { q.Do(func() { fn(q) }) }
 func TestLabAllocatesNothingPerRequest(t *testing.T) {
 	needLab(t)
 	b := &memBackend{mem: make([]byte, 1<<20), uncounted: true}
-	srv, err := NewServer(ServerConfig{QueueDepth: labQD, ChunkSize: labChunk, Handler: b, Logf: t.Logf})
+	srv, err := NewServer(ServerConfig{ServerConfig: rtrs.ServerConfig{QueueDepth: labQD, ChunkSize: labChunk, Logf: t.Logf}, Handler: b})
 	if err != nil {
 		t.Fatal(err)
 	}

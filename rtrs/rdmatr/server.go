@@ -5,7 +5,6 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/urnbd/urnbd/rdma"
 	"github.com/urnbd/urnbd/rtrs"
@@ -14,28 +13,9 @@ import (
 
 // ServerConfig holds the parameters a server advertises in its ConnRsp.
 type ServerConfig struct {
-	// QueueDepth is the number of chunks of every session
-	// (sess_queue_depth); default rtrs.DefaultSessQueueDepth.
-	QueueDepth int
-	// ChunkSize is max_chunk_size, a power of two >= rtrs.MinChunkSize;
-	// default rtrs.DefaultMaxChunkSize.
-	ChunkSize int
-	// MaxHdrSize is the room for user message + RTRS header in a chunk;
-	// default rtrs.DefaultMaxHdrSize. max_io_size = ChunkSize - MaxHdrSize.
-	MaxHdrSize int
+	rtrs.ServerConfig
 	// Handler serves the IO requests; nil answers every request with -EIO.
 	Handler ServerHandler
-	// HeartbeatInterval and MissedHeartbeats: a path whose service
-	// connection is silent for Interval × (Missed+2) is closed; defaults
-	// rtrs.HBInterval and rtrs.HBMissedMax.
-	HeartbeatInterval time.Duration
-	MissedHeartbeats  int
-	// Logf, if set, receives a line for every path closed and why.
-	Logf func(format string, args ...any)
-	// Sessions is the session layer (limits, session and path rules,
-	// release), shared with the server's other transports; nil: a table
-	// of the server's own with default limits.
-	Sessions *rtrs.ServerTable
 }
 
 // ServerHandler serves the IO requests that clients send to a Server.
@@ -145,26 +125,9 @@ type serverConn struct {
 // NewServer checks cfg (as the kernel checks its module parameters) and
 // returns a server. Listen adds addresses to listen on.
 func NewServer(cfg ServerConfig) (*Server, error) {
-	if cfg.QueueDepth == 0 {
-		cfg.QueueDepth = rtrs.DefaultSessQueueDepth
-	}
-	if cfg.ChunkSize == 0 {
-		cfg.ChunkSize = rtrs.DefaultMaxChunkSize
-	}
-	if cfg.MaxHdrSize == 0 {
-		cfg.MaxHdrSize = rtrs.DefaultMaxHdrSize
-	}
-	if cfg.HeartbeatInterval == 0 {
-		cfg.HeartbeatInterval = rtrs.HBInterval
-	}
-	if cfg.MissedHeartbeats == 0 {
-		cfg.MissedHeartbeats = rtrs.HBMissedMax
-	}
-	if err := rtrs.CheckServerParams(cfg.QueueDepth, cfg.ChunkSize); err != nil {
-		return nil, err
-	}
-	if cfg.MaxHdrSize >= cfg.ChunkSize {
-		return nil, fmt.Errorf("rtrs/rdmatr: max_hdr_size %d >= chunk size %d: %w", cfg.MaxHdrSize, cfg.ChunkSize, rtrs.ErrOutOfRange)
+	var err error
+	if cfg.ServerConfig, err = cfg.ServerConfig.Checked(); err != nil {
+		return nil, fmt.Errorf("rtrs/rdmatr server: %w", err)
 	}
 	codec, err := rtrs.NewImmCodec(cfg.QueueDepth, cfg.ChunkSize)
 	if err != nil {
@@ -182,11 +145,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		sess: map[*rtrs.ServerSession]*serverSession{}, paths: map[*serverPath]struct{}{},
 		conns: map[*rdma.CMID]*serverConn{}, pds: map[rdma.Context]*rdma.PD{}}
 	if s.tab == nil {
-		logf := cfg.Logf
-		if logf == nil {
-			logf = func(string, ...any) {}
-		}
-		s.tab = rtrs.NewServerTable(rtrs.ServerTableConfig{Logf: logf})
+		s.tab = rtrs.NewServerTable(rtrs.ServerTableConfig{Logf: cfg.Logf})
 		s.owned = true
 	}
 	s.wg.Add(1)

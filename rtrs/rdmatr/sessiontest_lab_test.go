@@ -36,7 +36,7 @@ func (rdmaEnv) NewServer(t *testing.T) sessiontest.Server {
 
 func (s *rdmaServer) listen(addrs ...netip.AddrPort) {
 	var err error
-	s.srv, err = NewServer(ServerConfig{QueueDepth: labQD, ChunkSize: labChunk, Handler: s.b, HeartbeatInterval: 100 * time.Millisecond, Logf: s.t.Logf})
+	s.srv, err = NewServer(ServerConfig{ServerConfig: rtrs.ServerConfig{QueueDepth: labQD, ChunkSize: labChunk, HeartbeatInterval: 100 * time.Millisecond, Logf: s.t.Logf}, Handler: s.b})
 	if err != nil {
 		s.t.Fatal(err)
 	}

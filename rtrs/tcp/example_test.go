@@ -38,7 +38,7 @@ func (m *memory) HandleIO(io *tcp.ServerIO) {
 // A server on loopback and a client session with one queue: a write, then
 // a read of what it wrote.
 func ExampleDialClient() {
-	srv, err := tcp.NewServer(tcp.ServerConfig{QueueDepth: 16, Handler: &memory{mem: make([]byte, 1<<20)}})
+	srv, err := tcp.NewServer(tcp.ServerConfig{ServerConfig: rtrs.ServerConfig{QueueDepth: 16}, Handler: &memory{mem: make([]byte, 1<<20)}})
 	if err != nil {
 		panic(err)
 	}

@@ -134,7 +134,7 @@ func TestHostileIOBeforeEstablishment(t *testing.T) {
 // timeout, connections and all.
 func TestHostileStuckConnectingPathTimesOut(t *testing.T) {
 	tab := rtrs.NewServerTable(rtrs.ServerTableConfig{EstablishTimeout: 300 * time.Millisecond, Logf: t.Logf})
-	_, addrs := startServer(t, ServerConfig{Handler: newGateBackend(-1), Sessions: tab}, 1)
+	_, addrs := startServer(t, ServerConfig{ServerConfig: rtrs.ServerConfig{Sessions: tab}, Handler: newGateBackend(-1)}, 1)
 	cfg := pathCfg(addrs[0], 1, 10, 3, true)
 	req := rtrs.ConnReq{CID: 2, CIDNum: 3, SessUUID: cfg.SessUUID, PathsUUID: cfg.PathsUUID, FirstConn: true}
 	c, _, err := Dial(context.Background(), &cfg, &req)
@@ -207,7 +207,7 @@ func TestHostileStaleFrameOfClosedPathNeverRuns(t *testing.T) {
 // are refused with EBUSY while a client from another address is served.
 func TestHostileConnectionLimits(t *testing.T) {
 	tab := rtrs.NewServerTable(rtrs.ServerTableConfig{MaxHandshakes: 4, MaxConnsPerPeer: 6, Logf: t.Logf})
-	_, addrs := startServer(t, ServerConfig{Handler: newGateBackend(-1), Sessions: tab}, 1)
+	_, addrs := startServer(t, ServerConfig{ServerConfig: rtrs.ServerConfig{Sessions: tab}, Handler: newGateBackend(-1)}, 1)
 	try := byte(100)
 	dial := func(from byte, cidNum int) error {
 		try++
@@ -259,7 +259,7 @@ func TestHostileSessionAndMemoryLimits(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.cfg.Logf, tc.cfg.Linger = t.Logf, -1
 			tab := rtrs.NewServerTable(tc.cfg)
-			_, addrs := startServer(t, ServerConfig{Handler: newGateBackend(-1), Sessions: tab}, 1)
+			_, addrs := startServer(t, ServerConfig{ServerConfig: rtrs.ServerConfig{Sessions: tab}, Handler: newGateBackend(-1)}, 1)
 			var paths []*ClientPath
 			for i := range 3 {
 				p, err := DialPath(context.Background(), pathCfg(addrs[0], byte(i+1), byte(10+i), 2, true))
@@ -297,12 +297,11 @@ func TestHostileFDFlood(t *testing.T) {
 	mustNoErr(t, syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim))
 	tab := rtrs.NewServerTable(rtrs.ServerTableConfig{MaxConnsPerPeer: 40, Logf: func(string, ...any) {}})
 	var logged atomicCounter
-	_, addrs := startServer(t, ServerConfig{Handler: newGateBackend(-1), Sessions: tab,
-		Logf: func(f string, a ...any) {
-			if strings.Contains(f, "accept") {
-				logged.add()
-			}
-		}}, 1)
+	_, addrs := startServer(t, ServerConfig{ServerConfig: rtrs.ServerConfig{Sessions: tab, Logf: func(f string, a ...any) {
+		if strings.Contains(f, "accept") {
+			logged.add()
+		}
+	}}, Handler: newGateBackend(-1)}, 1)
 	low := lim
 	low.Cur = 256
 	mustNoErr(t, syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low))
@@ -352,7 +351,7 @@ func TestHostileFDFlood(t *testing.T) {
 func TestHostileReleaseLeaksPoolStillInUse(t *testing.T) {
 	b := newGateBackend(0)
 	tab := rtrs.NewServerTable(rtrs.ServerTableConfig{Linger: -1, DrainTimeout: 200 * time.Millisecond, Logf: t.Logf})
-	_, addrs := startServer(t, ServerConfig{Handler: b, Sessions: tab}, 1)
+	_, addrs := startServer(t, ServerConfig{ServerConfig: rtrs.ServerConfig{Sessions: tab}, Handler: b}, 1)
 	p, err := DialPath(context.Background(), pathCfg(addrs[0], 1, 10, 2, true))
 	mustNoErr(t, err)
 	if _, err := p.Conns[1].NetConn().Write(frametest.WriteReq(t, frametest.Codec(t), 0, make([]byte, 4096), offUsr(0)).Bytes(t)); err != nil {
@@ -394,8 +393,7 @@ func TestHostileSessionsReturnMemory(t *testing.T) {
 	}
 	const qd, chunk = 64, 128 << 10 // 8 MiB a session
 	tab := rtrs.NewServerTable(rtrs.ServerTableConfig{Linger: -1, Logf: func(string, ...any) {}})
-	srv, err := NewServer(ServerConfig{QueueDepth: qd, ChunkSize: chunk, MaxHdrSize: 4096, Handler: newMemBackend(1 << 20),
-		Sessions: tab, HandshakeTimeout: 2 * time.Second, Logf: func(string, ...any) {}})
+	srv, err := NewServer(ServerConfig{ServerConfig: rtrs.ServerConfig{QueueDepth: qd, ChunkSize: chunk, MaxHdrSize: 4096, Sessions: tab, Logf: func(string, ...any) {}}, Handler: newMemBackend(1 << 20), HandshakeTimeout: 2 * time.Second})
 	mustNoErr(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	mustNoErr(t, err)
@@ -494,8 +492,7 @@ func TestHostileStaleWriteAfterPartition(t *testing.T) {
 	b := newMemBackend(1 << 20)
 	// The server's heartbeat timeout (6 s) is longer than the partition:
 	// it does not notice it.
-	srv, err := NewServer(ServerConfig{QueueDepth: sessQD, ChunkSize: 64 << 10, MaxHdrSize: 4096, Handler: b,
-		HeartbeatInterval: time.Second, MissedHeartbeats: 5})
+	srv, err := NewServer(ServerConfig{ServerConfig: rtrs.ServerConfig{QueueDepth: sessQD, ChunkSize: 64 << 10, MaxHdrSize: 4096, HeartbeatInterval: time.Second, MissedHeartbeats: 5}, Handler: b})
 	mustNoErr(t, err)
 	t.Cleanup(func() { srv.Close() })
 	addr := addListener(t, srv)

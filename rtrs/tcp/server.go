@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"log"
 	"net"
 	"slices"
 	"strings"
@@ -18,33 +17,13 @@ import (
 
 // ServerConfig holds the parameters a server advertises in its ConnRsp.
 type ServerConfig struct {
-	// QueueDepth is the number of chunks of every session
-	// (sess_queue_depth); default rtrs.DefaultSessQueueDepth.
-	QueueDepth int
-	// ChunkSize is max_chunk_size, a power of two >= rtrs.MinChunkSize;
-	// default rtrs.DefaultMaxChunkSize.
-	ChunkSize int
-	// MaxHdrSize is the room for user message + RTRS header in a chunk;
-	// default rtrs.DefaultMaxHdrSize. max_io_size = ChunkSize - MaxHdrSize.
-	MaxHdrSize int
+	rtrs.ServerConfig
 	// HandshakeTimeout bounds every read and write of the handshake;
 	// default rtrs.ConnectTimeout.
 	HandshakeTimeout time.Duration
 	// Handler serves the IO requests; nil accepts connections but serves
 	// nothing (handshake only).
 	Handler ServerHandler
-	// HeartbeatInterval and MissedHeartbeats: a path whose service
-	// connection (cid 0) is silent for Interval × Missed is closed; defaults
-	// rtrs.HBInterval and rtrs.HBMissedMax.
-	HeartbeatInterval time.Duration
-	MissedHeartbeats  int
-	// Sessions is the session layer (limits, session and path rules,
-	// release), shared with the server's other transports; nil: a table
-	// of the server's own with default limits.
-	Sessions *rtrs.ServerTable
-	// Logf receives a line for every connection refused or closed for a
-	// peer's fault; nil: log.Printf.
-	Logf func(format string, args ...any)
 }
 
 // Server accepts RTRS connections over TCP, groups them into sessions (by
@@ -69,32 +48,12 @@ type Server struct {
 // NewServer checks cfg (as the kernel checks its module parameters) and
 // returns a server.
 func NewServer(cfg ServerConfig) (*Server, error) {
-	if cfg.QueueDepth == 0 {
-		cfg.QueueDepth = rtrs.DefaultSessQueueDepth
-	}
-	if cfg.HeartbeatInterval == 0 {
-		cfg.HeartbeatInterval = rtrs.HBInterval
-	}
-	if cfg.MissedHeartbeats == 0 {
-		cfg.MissedHeartbeats = rtrs.HBMissedMax
-	}
-	if cfg.ChunkSize == 0 {
-		cfg.ChunkSize = rtrs.DefaultMaxChunkSize
-	}
-	if cfg.MaxHdrSize == 0 {
-		cfg.MaxHdrSize = rtrs.DefaultMaxHdrSize
+	var err error
+	if cfg.ServerConfig, err = cfg.ServerConfig.Checked(); err != nil {
+		return nil, fmt.Errorf("rtrs/tcp server: %w", err)
 	}
 	if cfg.HandshakeTimeout <= 0 {
 		cfg.HandshakeTimeout = rtrs.ConnectTimeout
-	}
-	if cfg.Logf == nil {
-		cfg.Logf = log.Printf
-	}
-	if err := rtrs.CheckServerParams(cfg.QueueDepth, cfg.ChunkSize); err != nil {
-		return nil, fmt.Errorf("rtrs/tcp server: %w", err)
-	}
-	if cfg.MaxHdrSize <= 0 || cfg.MaxHdrSize >= cfg.ChunkSize {
-		return nil, fmt.Errorf("rtrs/tcp server: max_hdr_size %d not in 1..%d: %w", cfg.MaxHdrSize, cfg.ChunkSize-1, rtrs.ErrOutOfRange)
 	}
 	codec, err := rtrs.NewImmCodec(cfg.QueueDepth, cfg.ChunkSize)
 	if err != nil {

@@ -237,7 +237,7 @@ func (s *Server) serveIO(c *ServerConn) {
 	cp := &connPlacer{sio: sio, conn: c, placed: -1}
 	dec.SetSession(s.codec, cp)
 	r := bufio.NewReaderSize(c.nc, 64<<10)
-	idle := s.cfg.HeartbeatInterval * time.Duration(s.cfg.MissedHeartbeats+1)
+	idle := s.cfg.SilenceLimit()
 	defer s.closePath(p)
 	var ack [frame.HeaderSize]byte
 	frame.HeartbeatHeader(true).MarshalTo(ack[:])

@@ -92,8 +92,7 @@ const sessQD = 64
 
 func startIOServer(t *testing.T, h ServerHandler, addr string) (*Server, string) {
 	t.Helper()
-	srv, err := NewServer(ServerConfig{QueueDepth: sessQD, ChunkSize: 64 << 10, MaxHdrSize: 4096, Handler: h,
-		HeartbeatInterval: 100 * time.Millisecond, MissedHeartbeats: 5})
+	srv, err := NewServer(ServerConfig{ServerConfig: rtrs.ServerConfig{QueueDepth: sessQD, ChunkSize: 64 << 10, MaxHdrSize: 4096, HeartbeatInterval: 100 * time.Millisecond, MissedHeartbeats: 5}, Handler: h})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -653,7 +652,7 @@ func (d *loopDriver) onDone(r *Request, errno int) {
 // allocations of both sides per request.
 func BenchmarkSessionWrite4K(b *testing.B) {
 	be := newMemBackend(1 << 20)
-	srv, err := NewServer(ServerConfig{QueueDepth: 64, Handler: be})
+	srv, err := NewServer(ServerConfig{ServerConfig: rtrs.ServerConfig{QueueDepth: 64}, Handler: be})
 	if err != nil {
 		b.Fatal(err)
 	}

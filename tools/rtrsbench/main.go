@@ -312,7 +312,7 @@ func latencies(hist []uint64) map[string]float64 {
 // runTCP starts the RTRS/TCP server and client on o.dst and the generators
 // on the client's queues; the returned function closes everything.
 func runTCP(o options, backend *memBackend, gens []*generator) func() {
-	srv, err := tcp.NewServer(tcp.ServerConfig{QueueDepth: 512, ChunkSize: o.chunk, Handler: backend})
+	srv, err := tcp.NewServer(tcp.ServerConfig{ServerConfig: rtrs.ServerConfig{QueueDepth: 512, ChunkSize: o.chunk}, Handler: backend})
 	check(err)
 	ln, err := net.Listen("tcp", net.JoinHostPort(o.dst, "0"))
 	check(err)
@@ -353,8 +353,7 @@ func runTCP(o options, backend *memBackend, gens []*generator) func() {
 func runRDMA(o options, backend *memBackend, gens []*generator) func() {
 	dst, err := netip.ParseAddr(o.dst)
 	check(err)
-	srv, err := rdmatr.NewServer(rdmatr.ServerConfig{QueueDepth: o.qd, ChunkSize: o.chunk, Handler: rdmaBackend{backend},
-		Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, "rtrsbench: server: "+f+"\n", a...) }})
+	srv, err := rdmatr.NewServer(rdmatr.ServerConfig{ServerConfig: rtrs.ServerConfig{QueueDepth: o.qd, ChunkSize: o.chunk, Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, "rtrsbench: server: "+f+"\n", a...) }}, Handler: rdmaBackend{backend}})
 	check(err)
 	addr, err := srv.Listen(netip.AddrPortFrom(dst, 0))
 	check(err)
