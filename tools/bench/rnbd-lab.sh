@@ -15,6 +15,11 @@
 # and the fio runs alternate between them workload by workload, for
 # URNBD_BENCH_ROUNDS rounds (default 1): a disturbance from outside (other
 # VMs on the host) hits all of them alike, and each figure is its best round.
+# Each run also counts, over the same window, the I/Os the device completed
+# (/sys/block/DEV/stat), the CPU time of the whole VM (/proc/stat), and
+# for each urnbd daemon (client, server) its CPU time, context switches and
+# system calls (perf stat: task-clock, context-switches,
+# raw_syscalls:sys_enter). Per I/O, they land in rnbd-bench-costs.txt.
 # Writes $LAB_OUT/rnbd-bench.txt (and every run in rnbd-bench-runs.txt).
 set -euo pipefail
 : "${URNBD_BIN:?}"
@@ -122,10 +127,66 @@ trap cleanup EXIT
 srv=$!
 sleep 1
 
+# vm_busy_us: the CPU time the VM has spent busy so far, in µs.
+vm_busy_us() {
+  local cpu user nice sys idle iow irq sirq steal rest
+  read -r cpu user nice sys idle iow irq sirq steal rest </proc/stat
+  echo $(((user + nice + sys + irq + sirq + steal) * 1000000 / $(getconf CLK_TCK)))
+}
+# dev_ios DEV: the I/Os the block device has completed so far.
+dev_ios() { local s; read -r -a s <"/sys/block/${1#/dev/}/stat"; echo $((s[0] + s[4])); }
+perf_stop() { kill -INT "$1" 2>/dev/null; wait "$1" 2>/dev/null || true; }
+# perf_val FILE EVENT: the count of EVENT (task-clock in ms).
+perf_val() { awk -F, -v e="$2" '$3 == e || $3 ~ "^"e"(:u)?$" {print $1}' "$1" | head -1; }
+mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || true
+counting=1
+command -v perf >/dev/null || { counting=; echo "rnbd-lab: no perf: costs per I/O not counted" >&2; }
+
 fio_iops() { # DEV RW BS
   fio --output-format=json --name=b --filename="$1" --ioengine=libaio --direct=1 --rw="$2" --bs="$3" \
       --iodepth=32 --time_based --runtime="$runtime" --ramp_time=1 2>/dev/null |
     sed -n '/^{/,$p' | python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]; print(round(j["read"]["iops"]+j["write"]["iops"]))'
+}
+
+costs=${LAB_OUT:-/tmp}/rnbd-bench-costs.txt # per run: NAME RW BS IOPS ios vm_us/io, per daemon us/io cs/io sys/io
+# measured NAME DEV RW BS: fio_iops, with the run's costs appended to $costs.
+measured() {
+  local name=$1 dev=$2 rw=$3 bs=$4 v i0 i1 c0 c1 pid ios cpid
+  local -A pf
+  [[ -n $counting ]] || { fio_iops "$dev" "$rw" "$bs"; return; }
+  cpid=$(cat "$URNBD_RUN_DIR/client.pid" 2>/dev/null || true)
+  for d in client server; do
+    pid=$srv
+    [[ $d == client ]] && pid=$cpid
+    [[ -n $pid ]] || continue
+    # The process's CPU, switches and system calls, until perf_stop.
+    perf stat -x, -e task-clock,context-switches,raw_syscalls:sys_enter -p "$pid" -o "$LAB_OUT/perf-$d.txt" >/dev/null 2>&1 &
+    pf[$d]=$!
+  done
+  sleep 0.5 # perf attached
+  i0=$(dev_ios "$dev"); c0=$(vm_busy_us)
+  v=$(fio_iops "$dev" "$rw" "$bs") || v=failed
+  i1=$(dev_ios "$dev"); c1=$(vm_busy_us)
+  for d in "${!pf[@]}"; do perf_stop "${pf[$d]}"; done
+  ios=$((i1 - i0))
+  {
+    printf '%s %s %s %s ios=%d vm_us/io=%s' "$name" "$rw" "$bs" "$v" "$ios" "$(python3 -c "print(f'{$((c1 - c0)) / max($ios, 1):.1f}')")"
+    for d in client server; do
+      [[ -n ${pf[$d]:-} ]] || continue
+      python3 - "$d" "$ios" "$(perf_val "$LAB_OUT/perf-$d.txt" task-clock)" "$(perf_val "$LAB_OUT/perf-$d.txt" context-switches)" "$(perf_val "$LAB_OUT/perf-$d.txt" raw_syscalls:sys_enter)" <<'PY'
+import sys
+d, ios = sys.argv[1], max(int(sys.argv[2]), 1)
+def num(x):
+    try: return float(x)
+    except ValueError: return None
+ms, cs, sc = (num(x) for x in sys.argv[3:6])
+f = lambda x, k=1: "n/a" if x is None else f"{x * k / ios:.2f}"
+print(f" {d}:us/io={f(ms, 1000)},cs/io={f(cs)},sys/io={f(sc)}", end="")
+PY
+    done
+    echo
+  } >>"$costs"
+  echo "$v"
 }
 
 kmap() { # SESS PORT DEVPATH -> /dev/rnbdN
@@ -155,13 +216,14 @@ names=(kernel-kernel nvme-rdma urnbd-urnbd urnbd-kernel kernel-urnbd)
 for n in "${names[@]}"; do echo "rnbd-lab: $n on ${DEV[$n]}" >&2; done
 runs=${LAB_OUT:-/tmp}/rnbd-bench-runs.txt # every fio run: ROUND NAME RW BS IOPS
 : >"$runs"
+: >"$costs"
 for ((round = 1; round <= rounds; round++)); do
   order=("${names[@]}")
   ((round % 2)) || order=(kernel-urnbd urnbd-kernel urnbd-urnbd nvme-rdma kernel-kernel)
   for w in "rr randread 4k" "rw randwrite 4k" "sr read 128k"; do
     read -r k rw bs <<<"$w"
     for n in "${order[@]}"; do
-      v=$(fio_iops "${DEV[$n]}" "$rw" "$bs") || v=failed
+      v=$(measured "$n" "${DEV[$n]}" "$rw" "$bs") || v=failed
       echo "$round $n $rw $bs $v" >>"$runs"
       best "$n,$k" "$v"
     done
@@ -183,4 +245,8 @@ out=${LAB_OUT:-/tmp}/rnbd-bench.txt
 print(" ".join(f"{int(x) / int(y):.2f}" if x.isdigit() and y.isdigit() else "n/a" for x, y in zip(a, b)))' \
       "${R[$n,rr]:-}" "${R[$n,rw]:-}" "${R[$n,sr]:-}" "${R[kernel-kernel,rr]:-}" "${R[kernel-kernel,rw]:-}" "${R[kernel-kernel,sr]:-}")"
   done
+  if [[ -s $costs ]]; then
+    echo "costs per I/O (last round): CPU µs of the whole VM, and per urnbd daemon its CPU µs, context switches and system calls"
+    awk '{k = $1" "$2" "$3; line[k] = $0} END {for (k in line) print line[k]}' "$costs" | sort
+  fi
 } | tee "$out"
