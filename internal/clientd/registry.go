@@ -96,17 +96,40 @@ func (r *Registry) Map(ctx context.Context, rec *Record, depth int) (*Device, er
 	if err := spec.CheckMode(); err != nil {
 		return nil, fmt.Errorf("map: %w", err)
 	}
-	key := mapKey{spec.SessName, spec.DevicePath}
-	r.mu.Lock()
-	for _, d := range r.devices {
-		if d.Spec.SessName == spec.SessName && d.Spec.DevicePath == spec.DevicePath {
-			r.mu.Unlock()
-			return nil, fmt.Errorf("map: %s of session %s is already mapped as %s: %w", spec.DevicePath, spec.SessName, ublk.BlockPath(d.ID), syscall.EEXIST)
+	d, err := r.attach(ctx, rec, func() error {
+		for _, d := range r.devices {
+			if d.Spec.SessName == spec.SessName && d.Spec.DevicePath == spec.DevicePath {
+				return fmt.Errorf("map: %s of session %s is already mapped as %s: %w", spec.DevicePath, spec.SessName, ublk.BlockPath(d.ID), syscall.EEXIST)
+			}
 		}
+		return nil
+	}, func(ctx context.Context, s *Session) (*rnbd.Device, error) {
+		dev, err := s.Client.Map(ctx, r.ctrl, spec.DevicePath, spec.Mode, rnbd.MapOptions{ID: -1, Depth: depth})
+		if err != nil {
+			return nil, fmt.Errorf("map %s: %w", spec.DevicePath, err)
+		}
+		return dev, nil
+	})
+	if err == nil {
+		r.logf("mapped %s of session %s as %s", spec.DevicePath, spec.SessName, ublk.BlockPath(d.ID))
+	}
+	return d, err
+}
+
+// attach runs op, a map or a recovery of rec's device, through its
+// session, within MapTimeout, and registers the device it makes. taken,
+// called with the lock held, refuses a device the daemon has already;
+// one being mapped or recovered is refused (EEXIST) too.
+func (r *Registry) attach(ctx context.Context, rec *Record, taken func() error, op func(context.Context, *Session) (*rnbd.Device, error)) (*Device, error) {
+	key := mapKey{rec.Spec.SessName, rec.Spec.DevicePath}
+	r.mu.Lock()
+	if err := taken(); err != nil {
+		r.mu.Unlock()
+		return nil, err
 	}
 	if r.mapping[key] {
 		r.mu.Unlock()
-		return nil, fmt.Errorf("map: %s of session %s is being mapped: %w", spec.DevicePath, spec.SessName, syscall.EEXIST)
+		return nil, fmt.Errorf("map: %s of session %s is being mapped or recovered: %w", rec.Spec.DevicePath, rec.Spec.SessName, syscall.EEXIST)
 	}
 	r.mapping[key] = true
 	r.mu.Unlock()
@@ -118,14 +141,12 @@ func (r *Registry) Map(ctx context.Context, rec *Record, depth int) (*Device, er
 	if err != nil {
 		return nil, err
 	}
-	dev, err := s.Client.Map(ctx, r.ctrl, spec.DevicePath, spec.Mode, rnbd.MapOptions{ID: -1, Depth: depth})
+	dev, err := op(ctx, s)
 	if err != nil {
 		r.release(s)
-		return nil, fmt.Errorf("map %s: %w", spec.DevicePath, err)
+		return nil, err
 	}
-	d := r.add(s, rec, dev)
-	r.logf("mapped %s of session %s as %s", spec.DevicePath, spec.SessName, ublk.BlockPath(d.ID))
-	return d, nil
+	return r.add(s, rec, dev), nil
 }
 
 // done ends a map or recovery of key.
@@ -351,38 +372,25 @@ func (r *Registry) Recover(ctx context.Context, id uint32) error {
 	if err != nil {
 		return err
 	}
-	key := mapKey{rec.Spec.SessName, rec.Spec.DevicePath}
-	r.mu.Lock()
-	if r.mapping[key] || r.devices[id] != nil {
-		r.mu.Unlock()
-		return fmt.Errorf("recover %s: being mapped or recovered already: %w", ublk.BlockPath(id), syscall.EBUSY)
-	}
-	r.mapping[key] = true
-	r.mu.Unlock()
-	defer r.done(key)
-
-	ctx, cancel := context.WithTimeout(ctx, MapTimeout)
-	defer cancel()
-	s, err := r.session(ctx, rec)
-	if err != nil {
-		return err
-	}
-	dev, err := s.Client.Recover(ctx, r.ctrl, id, rec.Spec.DevicePath, rec.Spec.Mode)
-	for errors.Is(err, syscall.EPERM) && ctx.Err() == nil {
-		// The server still holds the dead daemon's session, and with it
-		// the device's rw mapping, until it notices the loss.
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Second):
+	_, err = r.attach(ctx, rec, func() error {
+		if r.devices[id] != nil {
+			return fmt.Errorf("recover %s: it is mapped: %w", ublk.BlockPath(id), syscall.EEXIST)
 		}
-		dev, err = s.Client.Recover(ctx, r.ctrl, id, rec.Spec.DevicePath, rec.Spec.Mode)
-	}
-	if err != nil {
-		r.release(s)
-		return err
-	}
-	r.add(s, rec, dev)
-	return nil
+		return nil
+	}, func(ctx context.Context, s *Session) (*rnbd.Device, error) {
+		dev, err := s.Client.Recover(ctx, r.ctrl, id, rec.Spec.DevicePath, rec.Spec.Mode)
+		for errors.Is(err, syscall.EPERM) && ctx.Err() == nil {
+			// The server still holds the dead daemon's session, and
+			// with it the device's rw mapping, until it notices the loss.
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+			dev, err = s.Client.Recover(ctx, r.ctrl, id, rec.Spec.DevicePath, rec.Spec.Mode)
+		}
+		return dev, err
+	})
+	return err
 }
 
 // Idle reports whether the daemon has no device and no map under way.
