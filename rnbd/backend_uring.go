@@ -182,23 +182,28 @@ func (ir *ioRing) work() {
 
 // prep turns a queued slot into a submission entry.
 func (ir *ioRing) prep(slot uint32) {
-	s := &ir.slots[slot]
 	sqe := ir.ring.GetSQE()
 	for sqe == nil { // cannot happen with entries > slots; be safe
 		ir.ring.Submit()
 		sqe = ir.ring.GetSQE()
 	}
+	prepBackend(sqe, &ir.slots[slot], uint64(slot))
+}
+
+// prepBackend prepares sqe for the backend operation of s (a read, a
+// write or a flush), with user data ud.
+func prepBackend(sqe *uring.SQE, s *ioSlot, ud uint64) {
 	fd := int32(s.d.be.fd)
 	switch s.op {
 	case OpRead:
-		sqe.PrepRead(fd, unsafe.Pointer(unsafe.SliceData(s.data)), uint32(len(s.data)), uint64(s.off), uint64(slot))
+		sqe.PrepRead(fd, unsafe.Pointer(unsafe.SliceData(s.data)), uint32(len(s.data)), uint64(s.off), ud)
 	case OpWrite:
-		sqe.PrepWrite(fd, unsafe.Pointer(unsafe.SliceData(s.data)), uint32(len(s.data)), uint64(s.off), uint64(slot))
+		sqe.PrepWrite(fd, unsafe.Pointer(unsafe.SliceData(s.data)), uint32(len(s.data)), uint64(s.off), ud)
 		if s.fua {
 			sqe.OpFlags = unix.RWF_DSYNC
 		}
 	default: // OpFlush
-		sqe.PrepFsync(fd, uring.FsyncDatasync, uint64(slot))
+		sqe.PrepFsync(fd, uring.FsyncDatasync, ud)
 	}
 }
 

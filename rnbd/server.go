@@ -32,6 +32,14 @@ type ServerConfig struct {
 	// until the stale copy of the failed path is done with the chunk (the
 	// RTRS servers' chunk gate).
 	AsyncIO bool
+	// LoopIO performs the reads, writes and flushes of files and block
+	// devices of requests over RDMA on the RTRS server loop's own
+	// io_uring (rdmatr.ServerIO.LoopSQE): submitted with the loop's
+	// wait, completed on its thread, the answers posted with the loop's
+	// batch; no other thread and no system call of their own. Requests
+	// that do not run on a loop (over TCP, or started after waiting for
+	// their chunk) do their I/O as without it (AsyncIO, or synchronously).
+	LoopIO bool
 	// MaxIOSize is the transport's max_io_size, announced as the devices'
 	// max_hw_sectors.
 	MaxIOSize int
@@ -49,7 +57,8 @@ type Server struct {
 	sessions sync.Map           // *rtrs.ServerSession → *serverSession, read without mu
 	exports  map[string]*export // by backend key (device and inode); under mu
 	memory   *memoryStores
-	engine   *ioEngine // nil: backend I/O is synchronous
+	engine   *ioEngine          // nil: backend I/O is synchronous
+	loopDone rdmatr.BackendDone // made once: a method value per request would allocate
 }
 
 // export is one file or block device opened by one or more sessions.
@@ -98,6 +107,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	srv := &Server{cfg: cfg, exports: make(map[string]*export), memory: memory}
+	srv.loopDone = srv.onLoopDone
 	if cfg.AsyncIO {
 		if srv.engine, err = newIOEngine(); err != nil {
 			srv.logf("rnbd: backend I/O is synchronous: %v", err)
@@ -133,6 +143,9 @@ type request struct {
 	Data    []byte
 	// io completes the RTRS request when the answer is pending.
 	io completer
+	// loop, with LoopIO over RDMA, runs the backend I/O on the server
+	// loop's ring.
+	loop *rdmatr.ServerIO
 }
 
 // pending is what handle returns when the answer comes later, through
@@ -141,7 +154,7 @@ const pending = 1
 
 // HandleIO implements tcp.ServerHandler: one RNBD message per RTRS request.
 func (s *Server) HandleIO(io *tcp.ServerIO) {
-	r := request{io.Sess, io.Session, io.Write, io.Usr, io.Data, io}
+	r := request{io.Sess, io.Session, io.Write, io.Usr, io.Data, io, nil}
 	if e := s.handle(&r); e != pending {
 		io.Complete(e)
 	}
@@ -153,7 +166,10 @@ func (s *Server) RDMA() rdmatr.ServerHandler { return rdmaHandler{s} }
 type rdmaHandler struct{ s *Server }
 
 func (h rdmaHandler) HandleIO(io *rdmatr.ServerIO) {
-	r := request{io.Sess, io.Session, io.Write, io.Usr, io.Data, io}
+	r := request{io.Sess, io.Session, io.Write, io.Usr, io.Data, io, nil}
+	if h.s.cfg.LoopIO {
+		r.loop = io
+	}
 	if e := h.s.handle(&r); e != pending {
 		io.Complete(e)
 	}
@@ -474,6 +490,17 @@ func (s *Server) handleIO(io *request) int {
 	if m.Sector <= maxSector {
 		off = int64(m.Sector) << 9
 	}
+	if io.loop != nil && d.be.async(op) {
+		if e := d.be.check(op, off, n); e != 0 {
+			return e
+		}
+		if sqe, ud, ok := io.loop.LoopSQE(s.loopDone); ok {
+			d.refs.Add(1) // the loop's, dropped at completion
+			io.loop.HandlerCtx = d
+			prepBackend(sqe, &ioSlot{d: d, op: op, fua: m.RW.FUA(), off: off, data: io.Data}, ud)
+			return pending
+		}
+	}
 	if s.engine != nil && io.io != nil && d.be.async(op) {
 		if e := d.be.check(op, off, n); e != 0 {
 			return e
@@ -485,6 +512,20 @@ func (s *Server) handleIO(io *request) int {
 		d.refs.Add(-1)
 	}
 	return d.be.serve(op, m.RW.FUA(), off, n, io.Data)
+}
+
+// onLoopDone completes a request whose backend I/O ran on the RTRS server
+// loop (LoopIO), on the loop's thread.
+func (s *Server) onLoopDone(io *rdmatr.ServerIO, res int32) {
+	d := io.HandlerCtx.(*mapping)
+	io.HandlerCtx = nil
+	var m IO
+	m.Unmarshal(io.Usr) // checked when the request started; the chunk holds it still
+	off := int64(m.Sector) << 9
+	slot := ioSlot{d: d, op: m.RW.Op(), fua: m.RW.FUA(), off: off, data: io.Data}
+	errno := slot.finish(res)
+	d.refs.Add(-1)
+	io.Complete(errno)
 }
 
 // maxSector is the largest sector whose byte offset fits an int64.

@@ -37,7 +37,7 @@ func serverCommand() *cli.Command {
 			&cli.StringFlag{Name: "dev-search-path", Value: "/", Usage: "folder the exported device paths are relative to"},
 			&cli.IntFlag{Name: "queue-depth", Value: rtrs.DefaultSessQueueDepth, Usage: "chunks per session (sess_queue_depth)"},
 			&cli.StringFlag{Name: "max-chunk-size", Value: "128K", Usage: "chunk `SIZE` (max_chunk_size, a power of two); max I/O is 4K less"},
-			&cli.StringFlag{Name: "backend-io", Value: "sync", Usage: "`MODE` of file and block device I/O: sync (in the connection's thread, one at a time; lowest latency on a fast device) or uring (io_uring, requests overlap on the backend)"},
+			&cli.StringFlag{Name: "backend-io", Value: "sync", Usage: "`MODE` of file and block device I/O: sync (on the thread that took the request, one at a time; lowest latency on a fast device), uring (io_uring worker threads, requests overlap on the backend) or loop (over RDMA on the server loop's own io_uring, batched with its wait; over TCP as sync)"},
 			&cli.StringSliceFlag{Name: "memory", Usage: "export a device held in memory as `NAME=SIZE` (device_path=NAME; zeros at start, lost at exit; for demos and benchmarks); repeatable"},
 			&cli.IntFlag{Name: "max-sessions", Value: rtrs.DefaultMaxSessions, Usage: "sessions held at once; one more is refused (ENOSPC)"},
 			&cli.IntFlag{Name: "max-conns-per-peer", Value: rtrs.DefaultMaxConnsPerPeer, Usage: "connections one client address holds at once; one more is refused (EBUSY)"},
@@ -67,11 +67,11 @@ func runServer(c *cli.Context) error {
 		}
 		memory[name] = n
 	}
-	if m := c.String("backend-io"); m != "uring" && m != "sync" {
-		return fmt.Errorf("backend-io %q: want uring or sync: %w", m, unix.EINVAL)
+	if m := c.String("backend-io"); m != "uring" && m != "sync" && m != "loop" {
+		return fmt.Errorf("backend-io %q: want sync, uring or loop: %w", m, unix.EINVAL)
 	}
 	srv, err := rnbd.NewServer(rnbd.ServerConfig{DevSearchPath: search, MaxIOSize: int(chunk) - rtrs.DefaultMaxHdrSize,
-		MemoryExports: memory, AsyncIO: c.String("backend-io") == "uring"})
+		MemoryExports: memory, AsyncIO: c.String("backend-io") == "uring", LoopIO: c.String("backend-io") == "loop"})
 	if err != nil {
 		return err
 	}

@@ -34,6 +34,36 @@ func provisionRDMA(t *testing.T) {
 	labtest.Need(t, "/dev/infiniband/rdma_cm", "rdma_ucm")
 }
 
+// RNBD over RTRS/RDMA with the backend I/O on the server loop's own
+// io_uring (LoopIO): fio verify of reads, writes and flushes passes.
+func TestLabRNBDOverRDMALoopIO(t *testing.T) {
+	provisionRDMA(t)
+	dir := t.TempDir()
+	img := filepath.Join(dir, "disk.img")
+	os.WriteFile(img, nil, 0o600)
+	os.Truncate(img, 256<<20)
+	defer serveRDMAWith(t, rnbd.ServerConfig{DevSearchPath: dir, LoopIO: true}, "192.0.2.2:1241")()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := rnbd.DialRDMA(ctx, rtrs.ClientConfig{SessName: "e2e-loopio", Queues: 2,
+		Paths: []rdmatr.PathAddr{{Src: "192.0.2.1", Dst: "192.0.2.2:1241"}}, Timeout: 5 * time.Second, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	d, err := c.Map(ctx, openControl(t), "disk.img", rnbd.AccessRW, rnbd.MapOptions{ID: -1, Depth: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Unmap(context.Background())
+	dev := ublk.BlockPath(d.UblkDevice().ID())
+	res, stderr, err := labtest.Fio(t, append(labtest.VerifyArgs(dev, "64M"), "--fsync=16")...)
+	if err != nil || res.Errors() != 0 || res.IOs() == 0 {
+		t.Fatalf("fio verify over RNBD/RDMA with LoopIO: %v, %d errors, %d I/Os\n%s", err, res.Errors(), res.IOs(), stderr)
+	}
+	t.Logf("fio verify over RNBD/RDMA, backend I/O on the server loop: %d I/Os, 0 errors", res.IOs())
+}
+
 // RNBD over RTRS/RDMA on soft-RoCE, two paths: fio verify passes while one
 // path's link goes down in the middle.
 func TestLabRNBDOverRDMATwoPaths(t *testing.T) {
@@ -265,7 +295,14 @@ func openControl(t *testing.T) *ublk.Control {
 // the function it returns stops it.
 func serveRDMA(t *testing.T, dir string, addrs ...string) (stop func()) {
 	t.Helper()
-	srv, err := rnbd.NewServer(rnbd.ServerConfig{DevSearchPath: dir, MaxIOSize: 126976, Logf: t.Logf})
+	return serveRDMAWith(t, rnbd.ServerConfig{DevSearchPath: dir}, addrs...)
+}
+
+// serveRDMAWith is serveRDMA with the RNBD server's configuration.
+func serveRDMAWith(t *testing.T, cfg rnbd.ServerConfig, addrs ...string) (stop func()) {
+	t.Helper()
+	cfg.MaxIOSize, cfg.Logf = 126976, t.Logf
+	srv, err := rnbd.NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,11 @@
 // (client_connect.go), the service connection (client_service.go), the
 // connection sets and registered memory (client_conns.go, region.go), the
 // queues' posts and polls (client_queue.go) and the server's stages
-// (server_accept.go, server_path.go, server_io.go).
+// (server_accept.go, server_loop.go, server_io.go, server_path.go). The
+// server runs to completion as the client does: one loop per CPU, a
+// pinned thread whose io_uring polls the completion channels of its
+// connections (connection cid goes to loop cid mod loops), serves their
+// requests and posts each batch's answers with one ibv_post_send.
 //
 // # Connection setup
 //

@@ -1063,7 +1063,13 @@ func TestLabAllocatesNothingPerRequest(t *testing.T) {
 			// Do carries a func: the harness's cost, made once.
 			nop := func() { done <- 0 }
 			base := testing.AllocsPerRun(500, func() { q.Do(nop); <-done })
+			// Other goroutines of the process (the teardown of an
+			// earlier test) can only add allocations: the least of up
+			// to three measurements bounds the datapath's own.
 			got := testing.AllocsPerRun(500, round)
+			for k := 1; k < 3 && got-base > 0.05; k++ {
+				got = min(got, testing.AllocsPerRun(500, round))
+			}
 			t.Logf("size %d write %v: %.2f allocations per round trip, harness %.2f", size, write, got, base)
 			if got-base > 0.05 {
 				t.Errorf("size %d write %v: %.2f allocations per request round trip (client and server) beyond the harness's %.2f", size, write, got-base, base)

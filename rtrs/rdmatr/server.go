@@ -42,17 +42,23 @@ type ServerIO struct {
 	// Local is the server address of the connection the request came on
 	// (which path carried it).
 	Local netip.AddrPort
+	// HandlerCtx is the handler's, for a request it completes later (a
+	// backend operation on the loop: LoopSQE); the server does not touch
+	// it.
+	HandlerCtx any
 
 	sc      *serverConn
 	bufID   uint32
 	desc    rtrs.SGDesc
 	hasDesc bool
 	busy    atomic.Bool
+	onLoop  bool        // the handler runs on the loop of sc (LoopSQE)
+	bkDone  BackendDone // the backend operation's, while on the loop
 }
 
 // Server accepts RTRS connections over RDMA CM, groups them into sessions
 // (by paths_uuid) and paths (by sess_uuid), and serves their IO requests
-// with the configured Handler, one goroutine per connection.
+// with the configured Handler on one loop per CPU (server_loop.go).
 type Server struct {
 	cfg   ServerConfig
 	codec rtrs.ImmCodec // immediates of the configured queue depth and chunk size
@@ -62,6 +68,7 @@ type Server struct {
 	lns   []*rdma.CMID
 	quit  chan struct{}
 	wg    sync.WaitGroup
+	loops []*serverLoop // one per CPU (server_loop.go)
 	mu    sync.Mutex
 	sess  map[*rtrs.ServerSession]*serverSession
 	paths map[*serverPath]struct{}
@@ -106,20 +113,24 @@ type serverConn struct {
 	local netip.AddrPort
 	mu    sync.Mutex // guards sb, dead and polling
 	sb    *rdma.SendBatch
-	rb    *rdma.RecvBatch // poll goroutine only
+	rb    *rdma.RecvBatch // the loop's only
 	dead  bool
 	sent  int // answers posted, for signalInterval
-	// polling is set while the poll goroutine handles a batch of
-	// completions: answers completed meanwhile wait in sb, and the poll
-	// goroutine posts them all with one ibv_post_send after the batch
-	// (rxe's provider makes a syscall per post).
+	// polling is set while the loop handles a batch of completions:
+	// answers completed meanwhile wait in sb, and the loop posts them
+	// all with one ibv_post_send after the batch (rxe's provider makes a
+	// syscall per post).
 	polling bool
 	stop    chan struct{}
-	wg      sync.WaitGroup
-	// evOK and evErr are the last takeEvent's outcome (tryEvent); poll
-	// goroutine only.
-	evOK  bool
-	evErr error
+	wg      sync.WaitGroup // done when the loop has let go of the connection
+	loop    *serverLoop
+	// The loop's, on its thread only: the connection's slot there, and
+	// whether it is in the loop, its poll in the ring, being removed.
+	loopSlot int
+	inLoop   bool
+	pollOn   bool
+	removing bool
+	batching bool // its answers wait for the loop's endBatch
 }
 
 // NewServer checks cfg (as the kernel checks its module parameters) and
@@ -147,6 +158,13 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if s.tab == nil {
 		s.tab = rtrs.NewServerTable(rtrs.ServerTableConfig{Logf: cfg.Logf})
 		s.owned = true
+	}
+	if err := s.startLoops(); err != nil {
+		ch.Close()
+		if s.owned {
+			s.tab.Close()
+		}
+		return nil, err
 	}
 	s.wg.Add(1)
 	go s.cmLoop()
@@ -198,6 +216,7 @@ func (s *Server) Close() error {
 	}
 	close(s.quit)
 	s.wg.Wait()
+	s.stopLoops()
 	// The sessions' registrations go before their protection domains.
 	s.tab.Wait()
 	for _, l := range s.lns {

@@ -124,7 +124,7 @@ func (s *Server) onConnectRequest(ev *rdma.Event) {
 		return
 	}
 	sc.wg.Add(1)
-	go sc.pollLoop()
+	sc.loop.mbox.Post(loopMsg{sc: sc, add: true})
 }
 
 // ClosePath implements rtrs.PathOwner.
@@ -178,7 +178,7 @@ func (s *Server) newServerConn(p *serverPath, id *rdma.CMID, cid uint16) (*serve
 	if err != nil {
 		return nil, err
 	}
-	sc := &serverConn{p: p, c: c, mr: mr, local: id.LocalAddr(), stop: make(chan struct{}),
+	sc := &serverConn{p: p, c: c, mr: mr, local: id.LocalAddr(), stop: make(chan struct{}), loop: s.loopOf(cid),
 		sb: rdma.NewSendBatch(serverSendBatch, 2), rb: rdma.NewRecvBatch(c.nrecv, 1)}
 	if cid == 0 {
 		// The INFO_REQ lands in the extra area.

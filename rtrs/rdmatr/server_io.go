@@ -2,9 +2,7 @@ package rdmatr
 
 import (
 	"errors"
-	"os"
 	"syscall"
-	"time"
 	"unsafe"
 
 	"github.com/urnbd/urnbd/rdma"
@@ -33,110 +31,62 @@ func (sc *serverConn) isDead() bool {
 	return sc.dead
 }
 
-// waitEvent takes the completion channel's event, parking in the
-// netpoller until there is one, and re-arms the CQ; false when woken by
-// the path's stop (or when the channel failed: then err is set).
-func (sc *serverConn) waitEvent(w *netpollFd) (ok bool, err error) {
-	sc.evOK, sc.evErr = false, nil
-	rerr := w.wait()
-	ok, err = sc.evOK, sc.evErr
-	if rerr != nil && !errors.Is(rerr, os.ErrDeadlineExceeded) {
-		err = rerr
+// stopped reports whether the connection's path was shut.
+func (sc *serverConn) stopped() bool {
+	select {
+	case <-sc.stop:
+		return true
+	default:
+		return false
 	}
-	if err != nil || !ok {
-		return false, err
-	}
-	return true, sc.c.cq.ReqNotify(false)
 }
 
-// tryEvent is waitEvent's attempt, made once per connection (a method
-// value) so that a wake-up allocates nothing: it reports whether to stop
-// waiting, with the outcome in evOK and evErr.
-func (sc *serverConn) tryEvent() bool {
-	sc.evOK, sc.evErr = sc.c.takeEvent()
-	return sc.evOK || sc.evErr != nil // else park until readable
-}
-
-func (sc *serverConn) pollLoop() {
-	defer sc.wg.Done()
-	wcs := make([]rdma.WC, pollBatch)
+// serveBatch handles a wake-up of the connection's completion channel on
+// its loop's thread: it takes the event, re-arms the CQ, and polls it
+// empty, serving each request, then re-posts the receives. The answers
+// go out at the end of the loop's batch (serverLoop.endBatch), with one
+// ibv_post_send. It returns false when the connection must not be polled
+// again: its path is shut, or closing (it started that).
+func (sc *serverConn) serveBatch() bool {
 	s := sc.p.sess.s
-	// The poller parks in the netpoller (or polls with a timeout if the
-	// channel cannot be polled that way); stop wakes it.
-	w, werr := newNetpollFd(sc.c.cc.Fd(), sc.tryEvent)
-	if werr == nil {
-		defer w.close()
-		go func() {
-			<-sc.stop
-			w.f.SetReadDeadline(time.Now())
-		}()
+	if err := sc.c.drainEvents(); err != nil {
+		s.logf("path %v cid %d: %v", sc.local, sc.c.cid, err)
+		go s.closePath(sc.p)
+		return false
 	}
+	wcs := sc.loop.wcs
 	for {
-		select {
-		case <-sc.stop:
-			return
-		default:
+		n, err := sc.c.cq.Poll(wcs)
+		if err != nil {
+			s.logf("path %v cid %d: %v", sc.local, sc.c.cid, err)
+			go s.closePath(sc.p)
+			return false
 		}
-		if werr == nil {
-			ok, err := sc.waitEvent(w)
-			if err != nil {
-				s.logf("path %v cid %d: %v", sc.local, sc.c.cid, err)
+		if sc.stopped() {
+			// The path is closed: the client resends what it had in
+			// flight here on another path, so running requests still
+			// in this batch would only run them twice.
+			return false
+		}
+		sc.loop.beginBatch(sc) // the answers go out at the end of the loop's batch
+		for i := range wcs[:n] {
+			if w := &wcs[i]; !sc.onWC(w) {
+				sc.setPolling(false)
+				if !sc.isDead() {
+					s.logf("path %v cid %d: completion %v status %v imm %#x closes the path", sc.local, sc.c.cid, w.Opcode, w.Status, w.Imm)
+				}
 				go s.closePath(sc.p)
-				return
-			}
-			if !ok {
-				continue
-			}
-		} else {
-			if !waitFd(sc.c.cc.Fd(), 100*time.Millisecond) {
-				continue
-			}
-			if err := sc.c.drainEvents(); err != nil {
-				s.logf("path %v cid %d: %v", sc.local, sc.c.cid, err)
-				go s.closePath(sc.p)
-				return
+				return false
 			}
 		}
-		for {
-			n, err := sc.c.cq.Poll(wcs)
-			if err != nil {
-				s.logf("path %v cid %d: %v", sc.local, sc.c.cid, err)
+		if sc.rb.Len() > 0 {
+			if _, err := sc.rb.Post(sc.c.qp); err != nil {
 				go s.closePath(sc.p)
-				return
+				return false
 			}
-			select {
-			case <-sc.stop:
-				// The path is closed: the client resends what it had
-				// in flight here on another path, so running requests
-				// still in this batch would only run them twice.
-				return
-			default:
-			}
-			sc.setPolling(true)
-			for i := range wcs[:n] {
-				if w := &wcs[i]; !sc.onWC(w) {
-					sc.setPolling(false)
-					if !sc.isDead() {
-						s.logf("path %v cid %d: completion %v status %v imm %#x closes the path", sc.local, sc.c.cid, w.Opcode, w.Status, w.Imm)
-					}
-					go s.closePath(sc.p)
-					return
-				}
-			}
-			if err := sc.setPolling(false); err != nil {
-				s.logf("path %v: posting answers: %v", sc.local, err)
-				go s.closePath(sc.p)
-				return
-			}
-			if sc.rb.Len() > 0 {
-				if _, err := sc.rb.Post(sc.c.qp); err != nil {
-					go s.closePath(sc.p)
-					return
-				}
-			}
-			if n < len(wcs) {
-				break
-			}
+		}
+		if n < len(wcs) {
+			return true
 		}
 	}
 }
@@ -295,7 +245,9 @@ func (sc *serverConn) onImm(imm uint32) bool {
 		// this one.
 		return true
 	}
+	io.onLoop = true
 	s.serve(io)
+	io.onLoop = false
 	return true
 }
 
@@ -352,7 +304,7 @@ func (io *ServerIO) Complete(errno int) {
 			sc.sent++
 			sc.sb.Add(rdma.SendWR{Opcode: rdma.WRWriteWithImm, Flags: flags, Imm: imm})
 			if !sc.polling {
-				// Not on the poll goroutine's batch: post now.
+				// Not on the loop's batch (an asynchronous backend): post now.
 				_, err = sc.sb.Post(sc.c.qp)
 			}
 		}

@@ -42,6 +42,9 @@ func (s *Server) shutPath(p *serverPath) ([]*serverConn, bool) {
 		sc.dead = true
 		sc.mu.Unlock()
 		close(sc.stop)
+		if sc.loop != nil {
+			sc.loop.mbox.Post(loopMsg{sc: sc}) // the loop lets go of it: sc.wg
+		}
 		sc.c.id.Disconnect()
 	}
 	return conns, true

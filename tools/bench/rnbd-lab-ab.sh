@@ -4,6 +4,8 @@
 # same boot. Each round's table lands in $LAB_OUT/<a|b><round>/.
 #   URNBD_A, URNBD_B   the two binaries (absolute paths, visible in the VM)
 #   URNBD_AB_ROUNDS    rounds of each (default 2)
+#   URNBD_SERVER_ARGS_A, URNBD_SERVER_ARGS_B   more urnbd server options of each
+#                      (e.g. one binary, --backend-io sync against loop)
 # From the host, for example:
 #   git worktree add /tmp/before REV && (cd /tmp/before && go build -o "$PWD/.cache/lab/bin/urnbd.a" ./cmd/urnbd)
 #   go build -o .cache/lab/bin/urnbd.b ./cmd/urnbd && tools/lab/lab build-rnbd
@@ -14,10 +16,10 @@ here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
 rc=0
 for ((r = 1; r <= ${URNBD_AB_ROUNDS:-2}; r++)); do
   for v in a b; do
-    bin=$URNBD_A
-    [[ $v == b ]] && bin=$URNBD_B
+    bin=$URNBD_A args=${URNBD_SERVER_ARGS_A:-}
+    [[ $v == b ]] && bin=$URNBD_B args=${URNBD_SERVER_ARGS_B:-}
     mkdir -p "$LAB_OUT/$v$r"
-    URNBD_BIN=$bin LAB_OUT=$LAB_OUT/$v$r "$here/rnbd-lab.sh" || { echo "rnbd-lab-ab: $v$r failed" >&2; rc=1; }
+    URNBD_BIN=$bin URNBD_SERVER_ARGS=$args LAB_OUT=$LAB_OUT/$v$r "$here/rnbd-lab.sh" || { echo "rnbd-lab-ab: $v$r failed" >&2; rc=1; }
     # A daemon of one binary must not serve the next one's maps.
     pkill -f "^$bin (server|client)" || true
     sleep 2

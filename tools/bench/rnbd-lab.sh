@@ -123,7 +123,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$URNBD_BIN" server --listen rdma://192.0.2.2:1236 --dev-search-path /dev 2>/dev/null &
+# URNBD_SERVER_ARGS: more options for the urnbd server (e.g. --backend-io loop).
+# shellcheck disable=SC2086
+"$URNBD_BIN" server --listen rdma://192.0.2.2:1236 --dev-search-path /dev ${URNBD_SERVER_ARGS:-} 2>/dev/null &
 srv=$!
 sleep 1
 
