@@ -120,6 +120,7 @@ cleanup() {
   done
   [[ ! -d $NVMET/subsystems/$NQN ]] || nvme_teardown || true
   [[ -z $srv ]] || kill "$srv" 2>/dev/null || true
+  [[ -z ${keep:-} ]] || kill -INT "$keep" 2>/dev/null || true
 }
 trap cleanup EXIT
 
@@ -143,6 +144,15 @@ perf_val() { awk -F, -v e="$2" '$3 == e || $3 ~ "^"e"(:u)?$" {print $1}' "$1" | 
 mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || true
 counting=1
 command -v perf >/dev/null || { counting=; echo "rnbd-lab: no perf: costs per I/O not counted" >&2; }
+keep=
+if [[ -n $counting ]]; then
+  # The same events on init for the whole run keep their static keys
+  # enabled: each run's perf then only counts, and never makes the kernel
+  # patch its text again (jump labels in __schedule and the syscall
+  # tracepoints), which under TCG once ended in an int3 oops mid-patch.
+  perf stat -e task-clock,context-switches,raw_syscalls:sys_enter -p 1 -o /dev/null >/dev/null 2>&1 &
+  keep=$!
+fi
 
 fio_iops() { # DEV RW BS
   fio --output-format=json --name=b --filename="$1" --ioengine=libaio --direct=1 --rw="$2" --bs="$3" \
