@@ -312,7 +312,8 @@ func (c *Core[C, A]) ClearSlot(qc C) {
 	}
 }
 
-// Post messages, from any goroutine.
+// Do and the Post methods may be called from any goroutine: they hand a
+// message to the queue's thread through its mailbox.
 
 // Do runs fn on the queue's thread, soon. It is for control work, not for
 // each request.
