@@ -182,10 +182,9 @@ func (ir *ioRing) work() {
 
 // prep turns a queued slot into a submission entry.
 func (ir *ioRing) prep(slot uint32) {
-	sqe := ir.ring.GetSQE()
-	for sqe == nil { // cannot happen with entries > slots; be safe
-		ir.ring.Submit()
-		sqe = ir.ring.GetSQE()
+	sqe, err := ir.ring.NextSQE() // room always: entries > slots
+	if err != nil {
+		panic(fmt.Sprintf("rnbd: backend ring: submit: %v", err))
 	}
 	prepBackend(sqe, &ir.slots[slot], uint64(slot))
 }

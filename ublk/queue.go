@@ -1,7 +1,6 @@
 package ublk
 
 import (
-	"errors"
 	"fmt"
 	"runtime"
 	"unsafe"
@@ -55,15 +54,12 @@ func (q *Queue) Buffer(tag uint16) []byte {
 // GetSQE returns a free submission entry of the queue's ring, submitting
 // what is pending first if the submission queue is full.
 func (q *Queue) GetSQE() *uring.SQE {
-	for {
-		if sqe := q.ring.GetSQE(); sqe != nil {
-			return sqe
-		}
-		if _, err := q.ring.Submit(); err != nil && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.EAGAIN) {
-			// The ring is broken; nothing this queue can do but stop.
-			panic(fmt.Sprintf("ublk queue %d: submit: %v", q.id, err))
-		}
+	sqe, err := q.ring.NextSQE()
+	if err != nil {
+		// The ring is broken; nothing this queue can do but stop.
+		panic(fmt.Sprintf("ublk queue %d: submit: %v", q.id, err))
 	}
+	return sqe
 }
 
 // Complete ends request tag with res: the number of bytes transferred for a
@@ -105,13 +101,8 @@ func (q *Queue) setup(target Target) error {
 	for entries < uint32(2*q.depth) {
 		entries <<= 1
 	}
-	// A single issuer with deferred task work suits a queue: one thread
-	// submits, and completions are reaped only when it waits. Older
-	// kernels refuse these flags; then run without them.
-	q.ring, err = uring.New(entries, uring.SetupSingleIssuer|uring.SetupDeferTaskrun|uring.SetupCoopTaskrun)
-	if err != nil {
-		q.ring, err = uring.New(entries, 0)
-	}
+	// One thread submits, and reaps completions only when it waits.
+	q.ring, err = uring.NewLoop(entries)
 	if err != nil {
 		return fmt.Errorf("queue %d: %w", q.id, err)
 	}

@@ -129,10 +129,7 @@ func (l *serverLoop) run(ready chan<- error) {
 			return
 		}
 	}
-	ring, err := uring.New(256, uring.SetupSingleIssuer|uring.SetupDeferTaskrun|uring.SetupCoopTaskrun)
-	if err != nil {
-		ring, err = uring.New(256, 0)
-	}
+	ring, err := uring.NewLoop(256)
 	if err != nil {
 		ready <- fmt.Errorf("rtrs/rdmatr server loop: %w", err)
 		return
@@ -245,14 +242,11 @@ func (l *serverLoop) backendDone(slot int, res int32) {
 }
 
 func (l *serverLoop) sqe() *uring.SQE {
-	for {
-		if s := l.ring.GetSQE(); s != nil {
-			return s
-		}
-		if _, err := l.ring.Submit(); err != nil && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.EAGAIN) {
-			panic(fmt.Sprintf("rtrs/rdmatr server loop: submit: %v", err))
-		}
+	s, err := l.ring.NextSQE()
+	if err != nil {
+		panic(fmt.Sprintf("rtrs/rdmatr server loop: submit: %v", err))
 	}
+	return s
 }
 
 func (l *serverLoop) armWake() {

@@ -216,10 +216,7 @@ func (c *Core[C, A]) Run(start func()) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	defer procs.AddBlockingThread()() // the loop sleeps in io_uring_enter holding a P
-	ring, err := uring.New(256, uring.SetupSingleIssuer|uring.SetupDeferTaskrun|uring.SetupCoopTaskrun)
-	if err != nil {
-		ring, err = uring.New(256, 0)
-	}
+	ring, err := uring.NewLoop(256)
 	if err != nil {
 		return fmt.Errorf("%s client queue %d: %w", c.name, c.ID, err)
 	}
@@ -255,14 +252,11 @@ func (c *Core[C, A]) SetRing(ring *uring.Ring, base uint64) {
 // SQE returns a free entry of the queue's ring, submitting the ring's
 // entries to make room if it is full.
 func (c *Core[C, A]) SQE() *uring.SQE {
-	for {
-		if s := c.Ring.GetSQE(); s != nil {
-			return s
-		}
-		if _, err := c.Ring.Submit(); err != nil && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.EAGAIN) {
-			panic(fmt.Sprintf("%s client queue %d: submit: %v", c.name, c.ID, err))
-		}
+	s, err := c.Ring.NextSQE()
+	if err != nil {
+		panic(fmt.Sprintf("%s client queue %d: submit: %v", c.name, c.ID, err))
 	}
+	return s
 }
 
 func (c *Core[C, A]) armWake() {
