@@ -18,7 +18,10 @@ import (
 // ServerConfig configures an RNBD server.
 type ServerConfig struct {
 	// DevSearchPath is the folder the clients' device paths are relative
-	// to; it may contain %SESSNAME% (see ResolveDevPath).
+	// to; it may contain %SESSNAME% (see ResolveDevPath). Empty exports no
+	// files or block devices, only MemoryExports: unlike the kernel's
+	// server, whose default is "/" (DefaultDevSearchPath), nothing of the
+	// host is exported unless asked for.
 	DevSearchPath string
 	// MemoryExports are devices held in memory, by name (a device_path
 	// that names one exactly opens it) and size in bytes (a multiple of
@@ -99,9 +102,6 @@ type mapping struct {
 
 // NewServer returns an RNBD server.
 func NewServer(cfg ServerConfig) (*Server, error) {
-	if cfg.DevSearchPath == "" {
-		cfg.DevSearchPath = "/"
-	}
 	memory, err := newMemoryStores(cfg.MemoryExports)
 	if err != nil {
 		return nil, err
@@ -295,6 +295,8 @@ func (s *Server) open(io *request) int {
 	case err != nil:
 	case isMem:
 		be = &backend{mem: mem, size: uint64(len(mem.mem)), lbs: 512, readOnly: ro, key: memoryPrefix + name, path: memoryPrefix + name}
+	case s.cfg.DevSearchPath == "":
+		err = fmt.Errorf("no such memory export, and no files are exported (no dev_search_path): %w", syscall.ENOENT)
 	default:
 		be, _, err = openExport(s.cfg.DevSearchPath, io.Session, name, ro)
 	}
@@ -533,5 +535,8 @@ const maxSector = math.MaxInt64 >> 9
 
 // String describes the server for logs.
 func (s *Server) String() string {
+	if s.cfg.DevSearchPath == "" {
+		return "rnbd server (memory exports only)"
+	}
 	return fmt.Sprintf("rnbd server (dev_search_path %s)", s.cfg.DevSearchPath)
 }

@@ -364,6 +364,21 @@ func TestServerMemoryExport(t *testing.T) {
 	}
 }
 
+// A server with no DevSearchPath exports no file of the host, not "/" as
+// the kernel's server does by default: only its memory devices open.
+func TestServerWithoutSearchPathExportsNoFiles(t *testing.T) {
+	addr := testServerConfig(t, ServerConfig{MaxIOSize: 126976, Logf: t.Logf, MemoryExports: map[string]uint64{"mem0": 1 << 20}})
+	c := dialRNBD(t, addr, "sess-a")
+	for _, dev := range []string{"etc/passwd", "/etc/passwd", "dev/null"} {
+		if _, e := c.open(dev, AccessRO); e != -int(syscall.ENOENT) {
+			t.Errorf("OPEN %q: errno %d, want -ENOENT", dev, e)
+		}
+	}
+	if _, e := c.open("mem0", AccessRW); e != 0 {
+		t.Errorf("OPEN mem0: errno %d", e)
+	}
+}
+
 // The io_uring backend engine (AsyncIO) serves reads, writes with FUA,
 // flushes and an out-of-range request like the synchronous path.
 func TestServerAsyncIO(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/urfave/cli/v2"
 	"github.com/urnbd/urnbd/internal/clientd"
 
 	"golang.org/x/sys/unix"
@@ -63,5 +64,85 @@ func TestNoDriverMessage(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "modprobe ublk_drv") {
 		t.Errorf("message does not say how to load the driver:\n%s", out)
+	}
+}
+
+// commandPaths lists every command of the tree below cmds as the words
+// that run it, with whether it takes arguments of its own.
+func commandPaths(prefix []string, cmds []*cli.Command) (paths [][]string, takesArgs []bool) {
+	for _, cmd := range cmds {
+		p := append(append([]string(nil), prefix...), cmd.Name)
+		paths, takesArgs = append(paths, p), append(takesArgs, cmd.ArgsUsage != "")
+		sp, st := commandPaths(p, cmd.Subcommands)
+		paths, takesArgs = append(paths, sp...), append(takesArgs, st...)
+	}
+	return paths, takesArgs
+}
+
+// Every command refuses an argument it does not take, and a group an
+// unknown command, with its usage and exit status 2, before doing
+// anything (`urnbd server session list` once started a server on all
+// addresses).
+func TestStrayArgumentsRefused(t *testing.T) {
+	bin := labtest.Binary(t)
+	paths, takesArgs := commandPaths(nil, newApp().Commands)
+	for i, p := range paths {
+		if takesArgs[i] {
+			continue // it checks its own: see TestWrongArgumentCounts
+		}
+		args := append(append([]string(nil), p...), "stray")
+		out, err := exec.Command(bin, args...).CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != usageExit {
+			t.Errorf("urnbd %s: %v, want exit status %d; output:\n%s", strings.Join(args, " "), err, usageExit, out)
+			continue
+		}
+		if !strings.Contains(string(out), `"stray"`) || !strings.Contains(string(out), "urnbd "+strings.Join(p, " ")+" --help") {
+			t.Errorf("urnbd %s: the message names neither the argument nor the command's help:\n%s", strings.Join(args, " "), out)
+		}
+	}
+	for _, args := range [][]string{{"bogus"}, {"server", "--bogus"}, {"ublk", "features", "--json=maybe"}} {
+		out, err := exec.Command(bin, args...).CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != usageExit {
+			t.Errorf("urnbd %s: %v, want exit status %d; output:\n%s", strings.Join(args, " "), err, usageExit, out)
+		}
+	}
+}
+
+// Commands that take arguments refuse a wrong count of them with EINVAL
+// and say what they want.
+func TestWrongArgumentCounts(t *testing.T) {
+	bin := labtest.Binary(t)
+	for _, args := range [][]string{{"unmap"}, {"unmap", "0", "1"}, {"path", "add", "s"}, {"path", "add", "s", "ip:127.0.0.1", "x"}, {"session", "set", "mp-policy", "s"}} {
+		out, err := exec.Command(bin, args...).CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != int(unix.EINVAL) {
+			t.Errorf("urnbd %s: %v, want exit status EINVAL; output:\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+}
+
+// The server exports nothing and listens nowhere unless told: without
+// --listen, or without --dev-search-path or --memory, it says what to
+// pass and exits 2; an address with no host is refused too.
+func TestServerNeedsListenAndExports(t *testing.T) {
+	bin := labtest.Binary(t)
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"server"}, "no --listen"},
+		{[]string{"server", "--dev-search-path", dir}, "no --listen"},
+		{[]string{"server", "--listen", "tcp://127.0.0.1:0"}, "nothing to export"},
+		{[]string{"server", "--listen", "tcp://127.0.0.1:0", "--dev-search-path", ""}, "nothing to export"},
+		{[]string{"server", "--listen", "tcp://:0", "--dev-search-path", dir}, "no address"},
+	} {
+		out, err := exec.Command(bin, tc.args...).CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != usageExit || !strings.Contains(string(out), tc.want) {
+			t.Errorf("urnbd %s: %v; want exit status %d and %q; output:\n%s", strings.Join(tc.args, " "), err, usageExit, tc.want, out)
+		}
 	}
 }

@@ -12,6 +12,20 @@ import (
 )
 
 func main() {
+	if err := newApp().Run(os.Args); err != nil {
+		var usage *usageError
+		if errors.As(err, &usage) {
+			fmt.Fprintln(os.Stderr, usage) // it names the command
+		} else {
+			fmt.Fprintf(os.Stderr, "urnbd: %v\n", err)
+		}
+		os.Exit(exitCode(err))
+	}
+}
+
+// newApp returns the command line: every command, each refusing what it
+// does not take.
+func newApp() *cli.App {
 	app := &cli.App{
 		Name:  "urnbd",
 		Usage: "userspace RNBD/RTRS network block device",
@@ -30,11 +44,18 @@ func main() {
 			ublkCommand(),
 		},
 		HideHelpCommand: true,
+		OnUsageError:    flagError,
+		// main prints the error and exits with exitCode.
+		ExitErrHandler: func(*cli.Context, error) {},
 	}
-	if err := app.Run(os.Args); err != nil {
-		fmt.Fprintf(os.Stderr, "urnbd: %v\n", err)
-		os.Exit(exitCode(err))
+	refuseStrayArgs(app.Commands)
+	app.Action = func(c *cli.Context) error {
+		if c.NArg() == 0 {
+			cli.ShowAppHelpAndExit(c, usageExit)
+		}
+		return badUsage(c, "unknown command %q", c.Args().First())
 	}
+	return app
 }
 
 // exitCode maps an error to the process exit status: the errno when there is

@@ -27,14 +27,16 @@ func serverCommand() *cli.Command {
 		Name:  "server",
 		Usage: "export files and block devices under --dev-search-path to RNBD clients",
 		Description: "Runs in the foreground (for systemd: tools/systemd/urnbd-server.service).\n" +
+			"Nothing is implicit: --listen names the addresses to serve on, and --dev-search-path (or\n" +
+			"--memory) what to export; without them the server exits with status 2.\n" +
 			"Clients name devices relative to the search path; %SESSNAME% in it is replaced by the\n" +
 			"client's session name. Exports are opened beneath the search path (openat2): '..', symbolic\n" +
 			"links that leave it and absolute symbolic links are refused, and only regular files and block\n" +
 			"devices are opened. A session's devices close when its last path has been gone for\n" +
 			"--session-linger.",
 		Flags: []cli.Flag{
-			&cli.StringSliceFlag{Name: "listen", Value: cli.NewStringSlice("tcp://0.0.0.0:1234"), Usage: "`URL` to listen on: rdma://IP:PORT (RDMA CM; the kernel's rnbd uses port 1234) or tcp://ADDR:PORT; repeatable"},
-			&cli.StringFlag{Name: "dev-search-path", Value: "/", Usage: "folder the exported device paths are relative to"},
+			&cli.StringSliceFlag{Name: "listen", Usage: "`URL` to listen on, required: rdma://IP:PORT (RDMA CM; the kernel's rnbd uses port 1234) or tcp://ADDR:PORT; repeatable. All addresses (0.0.0.0, [::]) only when named"},
+			&cli.StringFlag{Name: "dev-search-path", Usage: "`DIR` the clients' device paths are relative to; files and block devices are exported only beneath it, and only when it is given (the kernel's server defaults to /, the whole host: say --dev-search-path / for that)"},
 			&cli.IntFlag{Name: "queue-depth", Value: rtrs.DefaultSessQueueDepth, Usage: "chunks per session (sess_queue_depth)"},
 			&cli.StringFlag{Name: "max-chunk-size", Value: "128K", Usage: "chunk `SIZE` (max_chunk_size, a power of two); max I/O is 4K less"},
 			&cli.StringFlag{Name: "backend-io", Value: "sync", Usage: "`MODE` of file and block device I/O: sync (on the thread that took the request, one at a time; lowest latency on a fast device), uring (io_uring worker threads, requests overlap on the backend) or loop (over RDMA on the server loop's own io_uring, batched with its wait; over TCP as sync)"},
@@ -54,9 +56,17 @@ func runServer(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	if len(c.StringSlice("listen")) == 0 {
+		return badUsage(c, "no --listen: name the addresses to serve on, e.g. --listen rdma://192.0.2.2:1234 or --listen tcp://192.0.2.2:1234 (tcp://0.0.0.0:1234 for all addresses)")
+	}
 	search := c.String("dev-search-path")
-	if st, err := os.Stat(strings.Split(search, "%SESSNAME%")[0]); err != nil || !st.IsDir() {
-		return fmt.Errorf("dev-search-path %s: not a folder: %w", search, unix.ENOENT)
+	if search == "" && len(c.StringSlice("memory")) == 0 {
+		return badUsage(c, "nothing to export: pass --dev-search-path DIR, the folder the clients' device paths are relative to (--dev-search-path / exports every file of the host, as the kernel's server does by default), or --memory NAME=SIZE")
+	}
+	if search != "" {
+		if st, err := os.Stat(strings.Split(search, "%SESSNAME%")[0]); err != nil || !st.IsDir() {
+			return fmt.Errorf("dev-search-path %s: not a folder: %w", search, unix.ENOENT)
+		}
 	}
 	memory := map[string]uint64{}
 	for _, m := range c.StringSlice("memory") {
@@ -102,11 +112,18 @@ func runServer(c *cli.Context) error {
 			rdmaSrv.Close()
 		}
 	}()
+	exporting := "exporting " + search
+	if search == "" {
+		exporting = "exporting memory devices only"
+	}
 	errs := make(chan error, 1)
 	for _, u := range c.StringSlice("listen") {
 		scheme, addr, ok := strings.Cut(u, "://")
 		if !ok {
 			return fmt.Errorf("listen %q: want tcp://ADDR:PORT or rdma://ADDR:PORT: %w", u, unix.EINVAL)
+		}
+		if host, _, err := net.SplitHostPort(addr); err == nil && host == "" {
+			return badUsage(c, "listen %q: no address; name it (%s://0.0.0.0:PORT for all)", u, scheme)
 		}
 		switch scheme {
 		case "tcp":
@@ -125,16 +142,16 @@ func runServer(c *cli.Context) error {
 			if err != nil {
 				return fmt.Errorf("listen %s: %w", u, err)
 			}
-			log.Printf("urnbd server: listening on rdma://%s, exporting %s", got, search)
+			log.Printf("urnbd server: listening on rdma://%s, %s", got, exporting)
 			continue
 		default:
 			return fmt.Errorf("listen %q: unknown transport %q: %w", u, scheme, unix.EINVAL)
 		}
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
-			return err
+			return fmt.Errorf("listen %s: %w", u, err)
 		}
-		log.Printf("urnbd server: listening on tcp://%s, exporting %s", ln.Addr(), search)
+		log.Printf("urnbd server: listening on tcp://%s, %s", ln.Addr(), exporting)
 		go func() { errs <- rs.Serve(ln) }()
 	}
 	sigs := make(chan os.Signal, 1)

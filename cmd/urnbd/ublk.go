@@ -102,10 +102,13 @@ func ublkCommand() *cli.Command {
 						Usage:     "a device backed by a file or block device (O_DIRECT where possible)",
 						UsageText: "urnbd ublk add loop --file PATH [--read-only] [options]",
 						Flags: append([]cli.Flag{
-							&cli.StringFlag{Name: "file", Required: true, Usage: "backing file or block device `PATH`"},
+							&cli.StringFlag{Name: "file", Usage: "backing file or block device `PATH` (required)"},
 							&cli.BoolFlag{Name: "read-only", Usage: "export read-only"},
 						}, ublkDeviceFlags...),
 						Action: func(c *cli.Context) error {
+							if c.String("file") == "" {
+								return badUsage(c, "no --file: name the backing file or block device")
+							}
 							path, err := filepath.Abs(c.String("file"))
 							if err != nil {
 								return err

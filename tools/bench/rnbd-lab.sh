@@ -19,7 +19,12 @@
 # (/sys/block/DEV/stat), the CPU time of the whole VM (/proc/stat), and
 # for each urnbd daemon (client, server) its CPU time, context switches and
 # system calls (perf stat: task-clock, context-switches,
-# raw_syscalls:sys_enter). Per I/O, they land in rnbd-bench-costs.txt.
+# raw_syscalls:sys_enter), and those calls by name for the ones a datapath
+# makes (io_uring_enter; read and write, which are also the verbs
+# provider's calls: rxe's post_send doorbell and req_notify_cq are writes,
+# ibv_get_cq_event is a read; futex, nanosleep and epoll_pwait of the Go
+# runtime; pread64/pwrite64 of a synchronous backend). Per I/O, they land
+# in rnbd-bench-costs.txt.
 # Writes $LAB_OUT/rnbd-bench.txt (and every run in rnbd-bench-runs.txt).
 set -euo pipefail
 : "${URNBD_BIN:?}"
@@ -139,8 +144,9 @@ vm_busy_us() {
 # dev_ios DEV: the I/Os the block device has completed so far.
 dev_ios() { local s; read -r -a s <"/sys/block/${1#/dev/}/stat"; echo $((s[0] + s[4])); }
 perf_stop() { kill -INT "$1" 2>/dev/null; wait "$1" 2>/dev/null || true; }
-# perf_val FILE EVENT: the count of EVENT (task-clock in ms).
-perf_val() { awk -F, -v e="$2" '$3 == e || $3 ~ "^"e"(:u)?$" {print $1}' "$1" | head -1; }
+# The system calls counted by name (see the top).
+by_name=(io_uring_enter read write futex nanosleep epoll_pwait pread64 pwrite64 sched_yield)
+events=task-clock,context-switches,raw_syscalls:sys_enter$(printf ',syscalls:sys_enter_%s' "${by_name[@]}")
 mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || true
 counting=1
 command -v perf >/dev/null || { counting=; echo "rnbd-lab: no perf: costs per I/O not counted" >&2; }
@@ -150,7 +156,7 @@ if [[ -n $counting ]]; then
   # enabled: each run's perf then only counts, and never makes the kernel
   # patch its text again (jump labels in __schedule and the syscall
   # tracepoints), which under TCG once ended in an int3 oops mid-patch.
-  perf stat -e task-clock,context-switches,raw_syscalls:sys_enter -p 1 -o /dev/null >/dev/null 2>&1 &
+  perf stat -e "$events" -p 1 -o /dev/null >/dev/null 2>&1 &
   keep=$!
 fi
 
@@ -172,7 +178,7 @@ measured() {
     [[ $d == client ]] && pid=$cpid
     [[ -n $pid ]] || continue
     # The process's CPU, switches and system calls, until perf_stop.
-    perf stat -x, -e task-clock,context-switches,raw_syscalls:sys_enter -p "$pid" -o "$LAB_OUT/perf-$d.txt" >/dev/null 2>&1 &
+    perf stat -x, -e "$events" -p "$pid" -o "$LAB_OUT/perf-$d.txt" >/dev/null 2>&1 &
     pf[$d]=$!
   done
   sleep 0.5 # perf attached
@@ -185,15 +191,22 @@ measured() {
     printf '%s %s %s %s ios=%d vm_us/io=%s' "$name" "$rw" "$bs" "$v" "$ios" "$(python3 -c "print(f'{$((c1 - c0)) / max($ios, 1):.1f}')")"
     for d in client server; do
       [[ -n ${pf[$d]:-} ]] || continue
-      python3 - "$d" "$ios" "$(perf_val "$LAB_OUT/perf-$d.txt" task-clock)" "$(perf_val "$LAB_OUT/perf-$d.txt" context-switches)" "$(perf_val "$LAB_OUT/perf-$d.txt" raw_syscalls:sys_enter)" <<'PY'
+      python3 - "$d" "$ios" "$LAB_OUT/perf-$d.txt" "${by_name[@]}" <<'PY'
 import sys
-d, ios = sys.argv[1], max(int(sys.argv[2]), 1)
-def num(x):
-    try: return float(x)
-    except ValueError: return None
-ms, cs, sc = (num(x) for x in sys.argv[3:6])
-f = lambda x, k=1: "n/a" if x is None else f"{x * k / ios:.2f}"
-print(f" {d}:us/io={f(ms, 1000)},cs/io={f(cs)},sys/io={f(sc)}", end="")
+d, ios, path, names = sys.argv[1], max(int(sys.argv[2]), 1), sys.argv[3], sys.argv[4:]
+counts = {}
+for line in open(path):
+    f = line.strip().split(",")
+    if len(f) > 2:
+        try: counts[f[2].removesuffix(":u")] = float(f[0])
+        except ValueError: pass
+def per(event, k=1):
+    x = counts.get(event)
+    return "n/a" if x is None else f"{x * k / ios:.2f}"
+calls = ",".join(f"{n}={per('syscalls:sys_enter_' + n)}" for n in names
+                 if counts.get("syscalls:sys_enter_" + n))
+print(f" {d}:us/io={per('task-clock', 1000)},cs/io={per('context-switches')},"
+      f"sys/io={per('raw_syscalls:sys_enter')}[{calls}]", end="")
 PY
     done
     echo
