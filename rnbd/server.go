@@ -94,6 +94,7 @@ func (sess *serverSession) table() []*mapping {
 type mapping struct {
 	id      uint32 // in its session's table, for logs
 	exp     *export
+	name    string // the device_path the client opened it by (mapping_path)
 	mode    AccessMode
 	be      *backend
 	refs    atomic.Int64 // requests running on be
@@ -304,7 +305,7 @@ func (s *Server) open(io *request) int {
 		s.logf("rnbd: session %s: open %q refused: %v", io.Session, name, err)
 		return errnoOf(err)
 	}
-	id, added, e := s.addDevice(io, be, m.AccessMode)
+	id, added, e := s.addDevice(io, be, name, m.AccessMode)
 	if !added {
 		be.close()
 	}
@@ -334,7 +335,7 @@ func (s *Server) open(io *request) int {
 // closes it) and 0 or -errno. A repeated open of the same export with the
 // same mode answers the id it has (as the kernel does); with another mode
 // it is refused with EEXIST.
-func (s *Server) addDevice(io *request, be *backend, mode AccessMode) (id int, added bool, errno int) {
+func (s *Server) addDevice(io *request, be *backend, name string, mode AccessMode) (id int, added bool, errno int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sess := s.session(io)
@@ -371,7 +372,7 @@ func (s *Server) addDevice(io *request, be *backend, mode AccessMode) (id int, a
 	}
 	exp.users++
 	s.exports[be.key] = exp
-	d := &mapping{exp: exp, mode: mode, be: be}
+	d := &mapping{exp: exp, name: name, mode: mode, be: be}
 	devs = append([]*mapping(nil), devs...)
 	id = -1
 	for i, old := range devs {

@@ -3,6 +3,7 @@ package rnbd
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -21,6 +22,14 @@ func testServer(t *testing.T, dir string) string {
 }
 
 func testServerConfig(t *testing.T, cfg ServerConfig) string {
+	t.Helper()
+	addr, _, _ := serveTCPTest(t, cfg)
+	return addr
+}
+
+// serveTCPTest is testServerConfig that also returns the server and its
+// session table.
+func serveTCPTest(t *testing.T, cfg ServerConfig) (string, *Server, *rtrs.ServerTable) {
 	t.Helper()
 	srv, err := NewServer(cfg)
 	if err != nil {
@@ -41,7 +50,7 @@ func testServerConfig(t *testing.T, cfg ServerConfig) string {
 		tab.Close()
 		tab.Wait()
 	})
-	return ln.Addr().String()
+	return ln.Addr().String(), srv, tab
 }
 
 // testLinger is how long the test servers keep a session without paths.
@@ -376,6 +385,88 @@ func TestServerWithoutSearchPathExportsNoFiles(t *testing.T) {
 	}
 	if _, e := c.open("mem0", AccessRW); e != 0 {
 		t.Errorf("OPEN mem0: errno %d", e)
+	}
+}
+
+// The operator's view of the exports (Exports) shows who has what open
+// and how; ForceClose closes one session's mapping, whose I/O then fails,
+// and leaves the other session's.
+func TestServerExportsAndForceClose(t *testing.T) {
+	dir := t.TempDir()
+	mkFile(t, dir, "a.img", 1<<20, 0)
+	addr, srv, tab := serveTCPTest(t, ServerConfig{DevSearchPath: dir, MaxIOSize: 126976, Logf: t.Logf})
+	a, b := dialRNBD(t, addr, "sess-a"), dialRNBD(t, addr, "sess-b")
+	ra, e := a.open("a.img", AccessMigration)
+	if e != 0 {
+		t.Fatalf("OPEN a: errno %d", e)
+	}
+	rb, e := b.open("./a.img", AccessRO)
+	if e != 0 {
+		t.Fatalf("OPEN b: errno %d", e)
+	}
+	ex := srv.Exports()
+	if len(ex) != 1 || ex[0].Path != filepath.Join(dir, "a.img") || len(ex[0].Sessions) != 2 {
+		t.Fatalf("Exports() = %+v, want a.img open in two sessions", ex)
+	}
+	if s := ex[0].Sessions[0]; s.Session != "sess-a" || s.AccessMode != AccessMigration || s.ReadOnly || s.MappingPath != "a.img" || s.DeviceID != ra.DeviceID {
+		t.Errorf("sess-a's mapping: %+v", s)
+	}
+	if s := ex[0].Sessions[1]; s.Session != "sess-b" || s.AccessMode != AccessRO || !s.ReadOnly || s.MappingPath != "./a.img" || s.DeviceID != rb.DeviceID {
+		t.Errorf("sess-b's mapping: %+v", s)
+	}
+	if _, err := srv.ForceClose("a.img", "sess-c"); !errors.Is(err, syscall.ENOENT) {
+		t.Errorf("ForceClose in a session that has nothing open: %v, want ENOENT", err)
+	}
+	if n, err := srv.ForceClose(filepath.Join(dir, "a.img"), "sess-b"); n != 1 || err != nil {
+		t.Fatalf("ForceClose in sess-b: %d, %v", n, err)
+	}
+	buf := make([]byte, 4096)
+	if e := b.io(rb.DeviceID, OpRead, FlagSync, 0, buf, len(buf)); e != -int(syscall.ENOTCONN) {
+		t.Errorf("READ on the closed mapping: errno %d, want -ENOTCONN", e)
+	}
+	if e := a.io(ra.DeviceID, OpRead, FlagSync, 0, buf, len(buf)); e != 0 {
+		t.Errorf("READ on the other session's mapping: errno %d", e)
+	}
+	if ex := srv.Exports(); len(ex) != 1 || len(ex[0].Sessions) != 1 || ex[0].Sessions[0].Session != "sess-a" {
+		t.Errorf("Exports() after the close = %+v, want only sess-a's", ex)
+	}
+	if n, err := srv.ForceClose("a.img", ""); n != 1 || err != nil {
+		t.Fatalf("ForceClose in all sessions: %d, %v", n, err)
+	}
+	if ex := srv.Exports(); len(ex) != 0 {
+		t.Errorf("Exports() after closing all = %+v", ex)
+	}
+
+	// The session layer's view of the same server: both sessions, one
+	// path each, over TCP; a path disconnected by the operator goes.
+	st := tab.Status()
+	if len(st) != 2 || st[0].Name != "sess-a" || st[1].Name != "sess-b" || len(st[0].Paths) != 1 {
+		t.Fatalf("Status() = %+v, want sess-a and sess-b with a path each", st)
+	}
+	p := st[0].Paths[0]
+	if p.State != rtrs.ServerPathConnected || p.Details.Transport != "tcp" || p.Name != rtrs.ServerPathName(p.Src, p.Dst) || p.Name != "127.0.0.1@127.0.0.1" {
+		t.Errorf("sess-a's path: %+v", p)
+	}
+	if err := tab.DisconnectPath("sess-a", "10.0.0.1@127.0.0.1"); !errors.Is(err, syscall.ENOENT) {
+		t.Errorf("DisconnectPath of no such path: %v, want ENOENT", err)
+	}
+	if _, err := tab.DisconnectSession("sess-z"); !errors.Is(err, syscall.ENOENT) {
+		t.Errorf("DisconnectSession of no such session: %v, want ENOENT", err)
+	}
+	if err := tab.DisconnectPath("sess-a", p.Name); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		st := tab.Status()
+		if len(st) > 0 && st[0].Name == "sess-a" && (len(st[0].Paths) == 0 || st[0].Lingering) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sess-a's path is still there: %+v", st)
+		}
+	}
+	if n, err := tab.DisconnectSession("sess-b"); n != 1 || err != nil {
+		t.Errorf("DisconnectSession(sess-b) = %d, %v", n, err)
 	}
 }
 

@@ -1,14 +1,23 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/urfave/cli/v2"
 	"github.com/urnbd/urnbd/internal/clientd"
+	"github.com/urnbd/urnbd/rnbd"
+	"github.com/urnbd/urnbd/rtrs"
 
 	"golang.org/x/sys/unix"
 
@@ -145,4 +154,112 @@ func TestServerNeedsListenAndExports(t *testing.T) {
 			t.Errorf("urnbd %s: %v; want exit status %d and %q; output:\n%s", strings.Join(tc.args, " "), err, usageExit, tc.want, out)
 		}
 	}
+}
+
+// The server's admin socket, from the command line, on loopback: a
+// session's path as `urnbd server session|path` show it (text and JSON),
+// its disconnect (the client reconnects), the errors for what is not
+// there, and the socket is root's only.
+func TestServerAdminCommands(t *testing.T) {
+	bin := labtest.Binary(t)
+	run := t.TempDir()
+	port := freeTCPPort(t)
+	srv := exec.Command(bin, "server", "--listen", "tcp://127.0.0.1:"+strconv.Itoa(port), "--memory", "m0=1M")
+	srv.Env = append(os.Environ(), "URNBD_RUN_DIR="+run)
+	logf, err := os.Create(filepath.Join(run, "server.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	srv.Stderr = logf // a file, not a buffer: the test reads it while the server writes
+	log := serverLog(logf.Name())
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Process.Signal(syscall.SIGTERM); srv.Wait() })
+	cli := func(args ...string) (string, error) {
+		c := exec.Command(bin, append([]string{"server"}, args...)...)
+		c.Env = append(os.Environ(), "URNBD_RUN_DIR="+run)
+		out, err := c.CombinedOutput()
+		return string(out), err
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := cli("session", "list"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the admin socket never answered; server log:\n%s", log.String())
+		}
+	}
+	if st, err := os.Stat(filepath.Join(run, "server.sock")); err != nil || st.Mode().Perm()&0o077 != 0 {
+		t.Errorf("admin socket: %v, mode %v; want root's only", err, st.Mode())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := rnbd.DialTCP(ctx, rtrs.ClientConfig{SessName: "adm1", Paths: []rtrs.PathAddr{{Dst: "127.0.0.1:" + strconv.Itoa(port)}}, MaxReconnectAttempts: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	out, err := cli("session", "list")
+	if err != nil || !strings.Contains(out, "adm1") || !strings.Contains(out, "connected") {
+		t.Errorf("session list: %v\n%s", err, out)
+	}
+	out, err = cli("path", "list", "--json", "adm1")
+	var paths []pathEntry
+	if err != nil || json.Unmarshal([]byte(out), &paths) != nil || len(paths) != 1 {
+		t.Fatalf("path list --json: %v\n%s", err, out)
+	}
+	p := paths[0]
+	if p.Session != "adm1" || p.Name != "127.0.0.1@127.0.0.1" || p.State != "connected" || p.Transport != "tcp" || p.SrcAddr != "127.0.0.1" {
+		t.Errorf("path: %+v", p)
+	}
+	if out, err := cli("path", "show", "adm1", p.Name); err != nil || !strings.Contains(out, "src_addr:") || !strings.Contains(out, "connected") {
+		t.Errorf("path show: %v\n%s", err, out)
+	}
+	for _, args := range [][]string{{"session", "show", "nosuch"}, {"path", "show", "adm1", "10.1.1.1@127.0.0.1"},
+		{"path", "disconnect", "nosuch", "0"}, {"device", "close", "m0"}, {"device", "show", "m0"}} {
+		out, err := cli(args...)
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != int(unix.ENOENT) {
+			t.Errorf("server %s: %v, want ENOENT\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	if out, err := cli("path", "disconnect", "adm1", p.Name); err != nil {
+		t.Fatalf("path disconnect: %v\n%s", err, out)
+	}
+	// The client reconnects the path: it is CONNECTED again, a new one.
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		out, _ := cli("path", "list", "--json", "adm1")
+		var now []pathEntry
+		if json.Unmarshal([]byte(out), &now) == nil && len(now) == 1 && now[0].State == "connected" &&
+			strings.Contains(log.String(), "admin: disconnect path") && c.Paths()[0].State == "connected" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the path did not come back: %s; server log:\n%s", out, log.String())
+		}
+	}
+	if !strings.Contains(log.String(), `admin: disconnect path "127.0.0.1@127.0.0.1" of session "adm1"`) {
+		t.Errorf("the server logged no disconnect:\n%s", log.String())
+	}
+}
+
+func freeTCPPort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// serverLog is a server's log file; String reads it as it is now.
+type serverLog string
+
+func (l serverLog) String() string {
+	b, _ := os.ReadFile(string(l))
+	return string(b)
 }

@@ -29,6 +29,7 @@ func serverCommand() *cli.Command {
 		Description: "Runs in the foreground (for systemd: tools/systemd/urnbd-server.service).\n" +
 			"Nothing is implicit: --listen names the addresses to serve on, and --dev-search-path (or\n" +
 			"--memory) what to export; without them the server exits with status 2.\n" +
+			"Its commands (session, path, device) ask a running server over its admin socket, root's only.\n" +
 			"Clients name devices relative to the search path; %SESSNAME% in it is replaced by the\n" +
 			"client's session name. Exports are opened beneath the search path (openat2): '..', symbolic\n" +
 			"links that leave it and absolute symbolic links are refused, and only regular files and block\n" +
@@ -45,9 +46,11 @@ func serverCommand() *cli.Command {
 			&cli.IntFlag{Name: "max-conns-per-peer", Value: rtrs.DefaultMaxConnsPerPeer, Usage: "connections one client address holds at once; one more is refused (EBUSY)"},
 			&cli.IntFlag{Name: "max-handshakes", Value: rtrs.DefaultMaxHandshakes, Usage: "connection handshakes running at once; one more is refused (EBUSY)"},
 			&cli.StringFlag{Name: "max-memory", Value: "50%", Usage: "`SIZE` (or PERCENT of RAM) the sessions' chunk pools may take together (each takes queue-depth × max-chunk-size); a session beyond is refused (ENOMEM)"},
+			adminSocketFlag,
 			&cli.DurationFlag{Name: "session-linger", Value: rtrs.DefaultLinger, Usage: "how long a session whose last path went keeps its devices open for the client to reconnect; another session that claims its name ends it at once"},
 		},
-		Action: runServer,
+		Action:      runServer,
+		Subcommands: serverAdminCommands(),
 	}
 }
 
@@ -99,6 +102,16 @@ func runServer(c *cli.Context) error {
 		tab.Close()
 		tab.Wait()
 	}()
+	sock := c.String("admin-socket")
+	if sock == "" {
+		sock = serverSocket()
+	}
+	admin, err := listenAdmin(sock)
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+	go (&serverAdmin{tab: tab, srv: srv}).serve(admin)
 	rs, err := tcp.NewServer(tcp.ServerConfig{ServerConfig: rtrs.ServerConfig{QueueDepth: c.Int("queue-depth"), ChunkSize: int(chunk), Sessions: tab}, Handler: srv})
 	if err != nil {
 		return fmt.Errorf("server parameters: %w", err)
@@ -159,6 +172,7 @@ func runServer(c *cli.Context) error {
 	select {
 	case <-sigs:
 		log.Printf("urnbd server: stopping")
+		admin.Close()
 		tab.Close()
 		return rs.Close()
 	case err := <-errs:

@@ -2,10 +2,9 @@ package clientd
 
 import (
 	"encoding/json"
-	"errors"
-	"fmt"
 	"net"
-	"syscall"
+
+	"github.com/urnbd/urnbd/internal/ctlsock"
 )
 
 // The CLI sends the daemon one JSON Request per connection on a root-only
@@ -31,8 +30,7 @@ type Request struct {
 
 // Reply is the daemon's answer.
 type Reply struct {
-	Error   string      `json:"error,omitempty"`
-	Errno   int         `json:"errno,omitempty"`
+	ctlsock.Status
 	Device  string      `json:"device,omitempty"`
 	Devices []ListEntry `json:"devices,omitempty"`
 	// Stats is the stats request's report, as the daemon encoded it.
@@ -52,43 +50,19 @@ type ListEntry struct {
 
 // Error is an error that a daemon reported: its text, and its errno (0
 // for none), which errors.Is finds.
-type Error struct {
-	Msg   string
-	Errno syscall.Errno
-}
-
-func (e *Error) Error() string { return e.Msg }
-
-// Unwrap returns the errno, or nil.
-func (e *Error) Unwrap() error {
-	if e.Errno == 0 {
-		return nil
-	}
-	return e.Errno
-}
+type Error = ctlsock.Error
 
 // ErrNoDaemon is what Ask's error wraps when no daemon listens on the
 // socket (nothing sent: a request is never half sent to a daemon).
-var ErrNoDaemon = errors.New("no client daemon")
+var ErrNoDaemon = ctlsock.ErrNoListener
 
 // Ask sends req to the daemon listening on socket and returns its reply;
 // an error the daemon reported is an *Error, and one for a socket that
 // nobody listens on wraps ErrNoDaemon (and the dial's errno).
 func Ask(socket string, req *Request) (*Reply, error) {
-	conn, err := net.Dial("unix", socket)
-	if err != nil {
-		return nil, fmt.Errorf("%w on %s: %w", ErrNoDaemon, socket, err)
-	}
-	defer conn.Close()
-	if err := json.NewEncoder(conn).Encode(req); err != nil {
-		return nil, err
-	}
 	var rep Reply
-	if err := json.NewDecoder(conn).Decode(&rep); err != nil {
-		return nil, fmt.Errorf("client daemon: no answer: %w", err)
-	}
-	if rep.Error != "" {
-		return nil, &Error{Msg: rep.Error, Errno: syscall.Errno(rep.Errno)}
+	if err := ctlsock.Ask(socket, "client daemon", req, &rep); err != nil {
+		return nil, err
 	}
 	return &rep, nil
 }
@@ -97,24 +71,5 @@ func Ask(socket string, req *Request) (*Reply, error) {
 // reply: handle's error goes into it, with its errno if it wraps one. A
 // request that does not decode gets an EINVAL reply.
 func Serve(conn net.Conn, handle func(*Request) (*Reply, error)) {
-	defer conn.Close()
-	var req Request
-	var rep *Reply
-	err := json.NewDecoder(conn).Decode(&req)
-	if err != nil {
-		err = fmt.Errorf("client daemon: bad request: %v: %w", err, syscall.EINVAL)
-	} else {
-		rep, err = handle(&req)
-	}
-	if rep == nil {
-		rep = &Reply{}
-	}
-	if err != nil {
-		rep.Error = err.Error()
-		var errno syscall.Errno
-		if errors.As(err, &errno) {
-			rep.Errno = int(errno)
-		}
-	}
-	_ = json.NewEncoder(conn).Encode(rep)
+	ctlsock.Serve(conn, "client daemon", handle, func() *Reply { return &Reply{} })
 }

@@ -67,22 +67,23 @@
 // or in a part not registered, with EINVAL. The user message may live
 // anywhere; it is copied into the header area.
 //
-// # Isolation without always_invalidate
+// # Isolation between sessions, without always_invalidate
 //
 // The server advertises flags 0 (no FlagNewRkey): its chunk pool stays
 // registered for remote write for the life of the session and one rkey
 // serves all chunks of the session on a device. A client can therefore
-// RDMA-write any chunk of its session at any time, including chunks whose
-// request the server is still processing (it can change data the handler
-// is reading or writing), and the client's region likewise stays writable
-// by the server with one rkey per part and path. Isolation between different client
-// sessions is weaker than it looks: each session has its own pool and
-// memory registration, but all sessions on a device share the server's
-// protection domain, so a client that learns (or guesses) another
-// session's address and rkey can write into that session's chunks. The
-// practical guarantee is only that a well-behaved kernel or urnbd client
-// never touches a chunk it does not hold a permit for. Deploy it where
-// clients are trusted, as with the kernel's always_invalidate=N.
+// RDMA-write any chunk of its own session at any time, including chunks
+// whose request the server is still processing (it can change data the
+// handler is reading or writing), and the client's region likewise stays
+// writable by the server with one rkey per part and path.
+//
+// Between sessions the device keeps them apart: each session has its own
+// protection domain on each device, its connections' QPs and its pool's
+// registration in it, so the rkey of one session's pool is refused on any
+// other session's QP (the writer gets a remote access error, and nothing
+// is written). The kernel's server shares one protection domain per device
+// among all sessions, where a client that learns another session's address
+// and rkey can write into that session's chunks.
 //
 // # Failures
 //

@@ -1,6 +1,7 @@
 package rdmatr
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"net/netip"
@@ -33,55 +34,16 @@ func TestLabHostileIOBeforeEstablishment(t *testing.T) {
 	chunk := pc.chunks[buf]
 	before := e.backend.ios.Load()
 
-	ch, err := rdma.NewEventChannel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ch.Close()
-	if err := ch.SetNonblock(true); err != nil {
-		t.Fatal(err)
-	}
-	id, err := ch.NewID(rdma.PSTCP)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const to = 5 * time.Second
 	// Another port of the server: a second path of a session may not join
 	// the same addresses (EEXIST).
 	dst, err := e.srv.Listen(netip.AddrPortFrom(srv1, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := id.ResolveAddr(netip.AddrPortFrom(cli1, 0), dst, to); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := expectCM(ch, rdma.EventAddrResolved, to); err != nil {
-		t.Fatal(err)
-	}
-	if err := id.ResolveRoute(to); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := expectCM(ch, rdma.EventRouteResolved, to); err != nil {
-		t.Fatal(err)
-	}
-	pd, err := id.Context().AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pd.Dealloc()
-	cn, err := newConn(id, pd, 1, 8, 8, 0, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cn.destroy(true)
 	req := rtrs.ConnReq{CID: 1, CIDNum: 2, SessUUID: rtrs.UUID{0xEE, 0xEE}, PathsUUID: e.cl.s.PathsUUID(), FirstConn: true}
-	var b [rtrs.ConnReqSize]byte
-	req.MarshalTo(b[:])
-	if err := id.Connect(rdma.ConnParam{PrivateData: b[:], RetryCount: 7, RNRRetryCount: 7}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := expectCM(ch, rdma.EventEstablished, to); err != nil {
-		t.Fatalf("the server refused a lone IO connection: %v", err)
+	ch, pd, cn := rawConnect(t, dst, req)
+	if ch == nil {
+		t.Fatal("the server refused a lone IO connection")
 	}
 
 	// A WRITE of 4 KiB to byte 0 of the backend, laid out as a client
@@ -134,6 +96,138 @@ func TestLabHostileIOBeforeEstablishment(t *testing.T) {
 	e.backend.mu.Unlock()
 	if first == 0xA5 {
 		t.Fatal("the backend holds the hostile write")
+	}
+}
+
+// rawConnect connects a raw-verbs connection to the server at dst with
+// req as its private data, from cli1; it returns nil channel if the server
+// rejects it. The test's cleanup frees it all.
+func rawConnect(t *testing.T, dst netip.AddrPort, req rtrs.ConnReq) (*rdma.EventChannel, *rdma.PD, *conn) {
+	t.Helper()
+	ch, err := rdma.NewEventChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ch.Close() })
+	if err := ch.SetNonblock(true); err != nil {
+		t.Fatal(err)
+	}
+	id, err := ch.NewID(rdma.PSTCP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const to = 5 * time.Second
+	if err := id.ResolveAddr(netip.AddrPortFrom(cli1, 0), dst, to); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := expectCM(ch, rdma.EventAddrResolved, to); err != nil {
+		t.Fatal(err)
+	}
+	if err := id.ResolveRoute(to); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := expectCM(ch, rdma.EventRouteResolved, to); err != nil {
+		t.Fatal(err)
+	}
+	pd, err := id.Context().AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pd.Dealloc() })
+	cn, err := newConn(id, pd, req.CID, 8, 8, 0, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cn.destroy(true) }) // before the PD: cleanups run last first
+	var b [rtrs.ConnReqSize]byte
+	req.MarshalTo(b[:])
+	if err := id.Connect(rdma.ConnParam{PrivateData: b[:], RetryCount: 7, RNRRetryCount: 7}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := expectCM(ch, rdma.EventEstablished, to); err != nil {
+		t.Logf("connect: %v", err)
+		return nil, nil, nil
+	}
+	return ch, pd, cn
+}
+
+// One session's rkey is useless to another: a client whose connection
+// belongs to a session of its own RDMA-writes into the chunk pool of
+// another session with that session's address and rkey (as a client that
+// learnt them would), and gets a remote access error; the other session's
+// chunk keeps its bytes. Each session has its own protection domain (the
+// kernel's server shares one per device, where this write lands).
+func TestLabHostileOtherSessionsRkey(t *testing.T) {
+	e := startLabIdle(t, 1, 1, 1, 1, time.Second)
+	pc := e.cl.live[0].Load()
+	if pc == nil {
+		t.Fatal("the session's path is not live")
+	}
+	const buf = labQD - 1
+	chunk := pc.chunks[buf] // the victim's: address and rkey
+	e.srv.mu.Lock()
+	var victim []byte
+	for _, ss := range e.srv.sess {
+		victim = ss.chunks[buf*labChunk : (buf+1)*labChunk]
+	}
+	e.srv.mu.Unlock()
+	if victim == nil {
+		t.Fatal("the server has no session")
+	}
+	before := append([]byte(nil), victim[:4096]...)
+
+	dst, err := e.srv.Listen(netip.AddrPortFrom(srv1, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first connection of a session of its own: a new paths_uuid.
+	req := rtrs.ConnReq{CID: 0, CIDNum: 1, SessUUID: rtrs.UUID{0xAB}, PathsUUID: rtrs.UUID{0xAB, 0xCD}, FirstConn: true}
+	_, pd, cn := rawConnect(t, dst, req)
+	if cn == nil {
+		t.Fatal("the server refused the attacker's session")
+	}
+	data := make([]byte, 4096)
+	for i := range data {
+		data[i] = 0x5A
+	}
+	mr, err := pd.RegMR(data, rdma.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mr.Dereg()
+	sb := rdma.NewSendBatch(1, 1)
+	defer sb.Free()
+	if err := sb.Add(rdma.SendWR{Opcode: rdma.WRWrite, Flags: rdma.SendSignaled, RemoteAddr: chunk.Addr, RKey: chunk.RKey}, mr.SGE(0, len(data))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.Post(cn.qp); err != nil {
+		t.Fatal(err)
+	}
+	wcs := make([]rdma.WC, 4)
+	var got *rdma.WC
+	for deadline := time.Now().Add(10 * time.Second); got == nil && time.Now().Before(deadline); {
+		n, err := cn.cq.Poll(wcs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range wcs[:n] {
+			if wcs[i].Opcode&rdma.WCRecv == 0 {
+				got = &wcs[i]
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if got == nil {
+		t.Fatal("the write to the other session's chunk never completed")
+	}
+	if got.Status != rdma.WCRemAccessErr {
+		t.Errorf("write with another session's rkey: completion %v, want %v", got.Status, rdma.WCRemAccessErr)
+	}
+	e.srv.mu.Lock()
+	after := append([]byte(nil), victim[:4096]...)
+	e.srv.mu.Unlock()
+	if !bytes.Equal(after, before) {
+		t.Fatal("the other session's chunk holds the attacker's bytes")
 	}
 }
 

@@ -73,21 +73,45 @@ type Server struct {
 	sess  map[*rtrs.ServerSession]*serverSession
 	paths map[*serverPath]struct{}
 	conns map[*rdma.CMID]*serverConn
-	// pds are the protection domains by device context, not by device
-	// name: a device removed and added again under the same name is a new
-	// context, where an old PD cannot be used.
-	pds  map[rdma.Context]*rdma.PD
-	done bool
+	done  bool
 }
 
 // serverSession is the RDMA side of a session of the session layer
-// (rtrs.ServerSession): the registrations of its pool and its chunk gate.
+// (rtrs.ServerSession): its protection domains with the registrations of
+// its pool, and its chunk gate.
 type serverSession struct {
 	s      *Server
 	core   *rtrs.ServerSession
-	chunks []byte                     // queue_depth × chunk: the session layer's pool
-	gate   *chunkgate.Gate[*ServerIO] // one request per chunk over all paths (failover)
-	mrs    map[rdma.Context]*rdma.MR  // the chunk pool registered on each device (see Server.pds); under Server.mu
+	chunks []byte                      // queue_depth × chunk: the session layer's pool
+	gate   *chunkgate.Gate[*ServerIO]  // one request per chunk over all paths (failover)
+	devs   map[rdma.Context]*sessionPD // by device; under Server.mu
+}
+
+// sessionPD is a session's protection domain on one device, with the
+// session's chunk pool registered in it. Each session has its own, so
+// that the rkey of one session's pool is useless on another session's
+// QPs: the device refuses a remote access whose rkey is not of the QP's
+// PD (a protection error to the peer, nothing written). The kernel's
+// server shares one PD per device among all sessions.
+//
+// It is keyed by device context, not by device name: a device removed
+// and added again under the same name is a new context, where an old PD
+// cannot be used.
+type sessionPD struct {
+	pd *rdma.PD
+	mr *rdma.MR // the chunk pool; nil once the session is freed
+	// refs are the session's hold (until its pool is deregistered) and
+	// one per connection whose QP is in pd; the PD goes with the last.
+	refs int
+}
+
+// release drops one hold on d, freeing the PD with the last; Server.mu is
+// held.
+func (d *sessionPD) release() {
+	if d.refs--; d.refs == 0 {
+		d.pd.Dealloc()
+		d.pd = nil
+	}
 }
 
 // serverPath is the RDMA side of a server path (rtrs.ServerPath).
@@ -109,7 +133,8 @@ type serverConn struct {
 	p     *serverPath
 	slot  *rtrs.ConnSlot
 	c     *conn
-	mr    *rdma.MR // chunk pool MR on this connection's device
+	pd    *sessionPD // the session's on this connection's device: its QP is in it
+	mr    *rdma.MR   // the chunk pool registered in pd
 	local netip.AddrPort
 	mu    sync.Mutex // guards sb, dead and polling
 	sb    *rdma.SendBatch
@@ -154,7 +179,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, codec: codec, tab: cfg.Sessions, ch: ch, quit: make(chan struct{}),
 		sess: map[*rtrs.ServerSession]*serverSession{}, paths: map[*serverPath]struct{}{},
-		conns: map[*rdma.CMID]*serverConn{}, pds: map[rdma.Context]*rdma.PD{}}
+		conns: map[*rdma.CMID]*serverConn{}}
 	if s.tab == nil {
 		s.tab = rtrs.NewServerTable(rtrs.ServerTableConfig{Logf: cfg.Logf})
 		s.owned = true
@@ -217,13 +242,11 @@ func (s *Server) Close() error {
 	close(s.quit)
 	s.wg.Wait()
 	s.stopLoops()
-	// The sessions' registrations go before their protection domains.
+	// The sessions' registrations and protection domains go when the
+	// session layer frees them.
 	s.tab.Wait()
 	for _, l := range s.lns {
 		l.Destroy()
-	}
-	for _, pd := range s.pds {
-		pd.Dealloc()
 	}
 	return s.ch.Close()
 }

@@ -1,6 +1,7 @@
 package rdmatr
 
 import (
+	"fmt"
 	"syscall"
 	"time"
 
@@ -45,19 +46,6 @@ func (s *Server) reject(id *rdma.CMID, errno syscall.Errno) {
 	rsp.MarshalTo(b[:])
 	id.Reject(b[:])
 	id.Destroy()
-}
-
-func (s *Server) pdFor(id *rdma.CMID) (*rdma.PD, error) {
-	ctx := id.Context()
-	if pd := s.pds[ctx]; pd != nil {
-		return pd, nil
-	}
-	pd, err := ctx.AllocPD()
-	if err != nil {
-		return nil, err
-	}
-	s.pds[ctx] = pd
-	return pd, nil
 }
 
 // onConnectRequest admits the connection, applies the session layer's
@@ -130,6 +118,23 @@ func (s *Server) onConnectRequest(ev *rdma.Event) {
 // ClosePath implements rtrs.PathOwner.
 func (p *serverPath) ClosePath() { go p.sess.s.closePath(p) }
 
+// PathDetails implements rtrs.PathDetailer: the device and port of the
+// path's first connection (all of a path's connections share its
+// addresses, so its device), and the path's counters.
+func (p *serverPath) PathDetails() rtrs.PathDetails {
+	d := rtrs.PathDetails{Transport: "rdma", Stats: p.stats}
+	s := p.sess.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, sc := range p.conns {
+		if sc != nil && sc.c != nil && sc.c.id != nil {
+			d.HCAName, d.HCAPort = sc.c.id.DeviceName(), sc.c.id.PortNum()
+			break
+		}
+	}
+	return d
+}
+
 // session returns the RDMA side of a session, made on its first path;
 // s.mu is held. The session layer frees it: its registrations go when no
 // request holds the pool any more.
@@ -138,35 +143,52 @@ func (s *Server) session(core *rtrs.ServerSession) *serverSession {
 		return ss
 	}
 	ss := &serverSession{s: s, core: core, chunks: core.Pool(), gate: chunkgate.New[*ServerIO](s.cfg.QueueDepth),
-		mrs: map[rdma.Context]*rdma.MR{}}
+		devs: map[rdma.Context]*sessionPD{}}
 	s.sess[core] = ss
 	core.OnFree(func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		for _, mr := range ss.mrs {
-			mr.Dereg()
+		for _, d := range ss.devs {
+			d.mr.Dereg()
+			d.mr = nil
+			d.release()
 		}
-		ss.mrs = nil
+		ss.devs = nil
 		delete(s.sess, core)
 	})
 	return ss
 }
 
-// newServerConn creates the connection's verbs resources, registers the
-// session's chunk pool on its device if not yet, and posts its receives:
-// on cid 0 first the INFO_REQ buffer, then empty-payload slots.
+// pdOn returns the session's protection domain on the device of id, made
+// with the registration of its pool on the first connection there;
+// Server.mu is held.
+func (ss *serverSession) pdOn(id *rdma.CMID) (*sessionPD, error) {
+	ctx := id.Context()
+	if d := ss.devs[ctx]; d != nil {
+		return d, nil
+	}
+	pd, err := ctx.AllocPD()
+	if err != nil {
+		return nil, fmt.Errorf("allocate the session's protection domain: %w", err)
+	}
+	mr, err := pd.RegMR(ss.chunks, rdma.AccessLocalWrite|rdma.AccessRemoteWrite)
+	if err != nil {
+		pd.Dealloc()
+		return nil, fmt.Errorf("register the session's chunks: %w", err)
+	}
+	d := &sessionPD{pd: pd, mr: mr, refs: 1}
+	ss.devs[ctx] = d
+	return d, nil
+}
+
+// newServerConn creates the connection's verbs resources in the session's
+// protection domain on its device (made, with the registration of the
+// session's chunk pool, if not yet), and posts its receives: on cid 0
+// first the INFO_REQ buffer, then empty-payload slots. Server.mu is held.
 func (s *Server) newServerConn(p *serverPath, id *rdma.CMID, cid uint16) (*serverConn, error) {
-	pd, err := s.pdFor(id)
+	d, err := p.sess.pdOn(id)
 	if err != nil {
 		return nil, err
-	}
-	ss := p.sess
-	mr := ss.mrs[id.Context()]
-	if mr == nil {
-		if mr, err = pd.RegMR(ss.chunks, rdma.AccessLocalWrite|rdma.AccessRemoteWrite); err != nil {
-			return nil, err
-		}
-		ss.mrs[id.Context()] = mr
 	}
 	qd := s.cfg.QueueDepth
 	nrecv := qd + 1
@@ -174,11 +196,12 @@ func (s *Server) newServerConn(p *serverPath, id *rdma.CMID, cid uint16) (*serve
 		nrecv = max(qd, rtrs.ServiceConQueueDepth) + 1
 	}
 	extra := rtrs.InfoReqSize + rtrs.InfoRspHdrSize + rtrs.SGDescSize
-	c, err := newConn(id, pd, cid, 3*qd+2, nrecv, extra, false)
+	c, err := newConn(id, d.pd, cid, 3*qd+2, nrecv, extra, false)
 	if err != nil {
 		return nil, err
 	}
-	sc := &serverConn{p: p, c: c, mr: mr, local: id.LocalAddr(), stop: make(chan struct{}), loop: s.loopOf(cid),
+	d.refs++
+	sc := &serverConn{p: p, c: c, pd: d, mr: d.mr, local: id.LocalAddr(), stop: make(chan struct{}), loop: s.loopOf(cid),
 		sb: rdma.NewSendBatch(serverSendBatch, 2), rb: rdma.NewRecvBatch(c.nrecv, 1)}
 	if cid == 0 {
 		// The INFO_REQ lands in the extra area.
@@ -208,8 +231,14 @@ const (
 	serverSendBatch = 2*pollBatch + 4
 )
 
+// free frees the connection's resources, its QP first, then its hold on
+// the session's protection domain; Server.mu is held.
 func (sc *serverConn) free() {
 	sc.c.destroy(false)
+	if sc.pd != nil {
+		sc.pd.release()
+		sc.pd = nil
+	}
 	sc.sb.Free()
 	sc.rb.Free()
 }

@@ -24,6 +24,9 @@ type serverPath struct {
 // ClosePath implements rtrs.PathOwner.
 func (p *serverPath) ClosePath() { p.s.closePath(p) }
 
+// PathDetails implements rtrs.PathDetailer.
+func (p *serverPath) PathDetails() rtrs.PathDetails { return rtrs.PathDetails{Transport: "tcp"} }
+
 // add records c in its slot; false if the path was closed meanwhile.
 func (p *serverPath) add(c *ServerConn) bool {
 	p.mu.Lock()
