@@ -10,18 +10,10 @@ import (
 // with deferred, cooperative task work, so that completions are reaped
 // only when that thread waits. Kernels that refuse these flags get a ring
 // without them.
-//
-// While the ring is open, GOMAXPROCS counts one more P for its loop, so
-// that the loop's waits never make the runtime move Ps between threads
-// (see loopProcs).
 func NewLoop(entries uint32) (*Ring, error) {
 	r, err := New(entries, SetupSingleIssuer|SetupDeferTaskrun|SetupCoopTaskrun)
 	if err != nil {
 		r, err = New(entries, 0)
-	}
-	if err == nil {
-		r.loop = true
-		loopProcs.add(1)
 	}
 	return r, err
 }

@@ -49,8 +49,6 @@ type Ring struct {
 	getevents getEventsArg
 	waitTS    KernelTimespec
 
-	loop bool // made by NewLoop: counted in loopProcs
-
 	// Mappings. cqMap is nil when the kernel maps both rings at once
 	// (FeatSingleMmap) and sqMap covers the CQ ring too.
 	sqMap, cqMap, sqeMap []byte
@@ -213,9 +211,6 @@ func (r *Ring) Close() error {
 	}
 	if err := unix.Close(r.fd); err != nil {
 		errs = append(errs, fmt.Errorf("close io_uring fd %d: %w", r.fd, err))
-	}
-	if r.loop {
-		loopProcs.add(-1)
 	}
 	*r = Ring{fd: -1}
 	return errors.Join(errs...)
