@@ -3,6 +3,7 @@ module github.com/urnbd/urnbd
 go 1.26.8
 
 require (
+	github.com/BurntSushi/toml v1.6.0
 	github.com/cilium/ebpf v0.22.0
 	github.com/urfave/cli/v2 v2.27.7
 	golang.org/x/sys v0.50.0

@@ -28,6 +28,10 @@ type ServerConfig struct {
 	// 4096), for demos and benchmarks. Their data is lost when the
 	// server stops.
 	MemoryExports map[string]uint64
+	// Policy, if not nil, says which clients may open which exports
+	// (Server.SetPolicy replaces it); nil lets every client open every
+	// export.
+	Policy *Policy
 	// AsyncIO performs the reads, writes and flushes of files and block
 	// devices through io_uring, so that a connection's requests overlap
 	// on the backend; without it they run in the transport's goroutine,
@@ -62,6 +66,7 @@ type Server struct {
 	memory   *memoryStores
 	engine   *ioEngine          // nil: backend I/O is synchronous
 	loopDone rdmatr.BackendDone // made once: a method value per request would allocate
+	policy   atomic.Pointer[Policy]
 }
 
 // export is one file or block device opened by one or more sessions.
@@ -108,6 +113,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	srv := &Server{cfg: cfg, exports: make(map[string]*export), memory: memory}
+	srv.policy.Store(cfg.Policy)
 	srv.loopDone = srv.onLoopDone
 	if cfg.AsyncIO {
 		if srv.engine, err = newIOEngine(); err != nil {
@@ -287,6 +293,13 @@ func (s *Server) open(io *request) int {
 	}
 	name := m.DevNameString()
 	ro := m.AccessMode == AccessRO
+	if p := s.policy.Load(); p != nil {
+		addrs := io.Sess.PeerAddrs()
+		if err := p.Allow(addrs, io.Session, name, m.AccessMode); err != nil {
+			s.logf("rnbd: audit: open refused: session %q from %v, export %q, access mode %s: %v", io.Session, addrs, name, m.AccessMode, err)
+			return -int(syscall.EACCES)
+		}
+	}
 	// The export is opened before the lock is taken: opening a file can
 	// take long (a slow disk, a network file system), and other sessions'
 	// opens and closes must not wait for it.

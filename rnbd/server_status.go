@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+
+	"github.com/urnbd/urnbd/rtrs"
 )
 
 // ExportStatus is what the server's operator interface shows of an export
@@ -62,6 +64,26 @@ func (s *Server) Exports() []ExportStatus {
 // on (ENOTCONN, as for a device it never opened), after those running are
 // done. It returns how many it closed, or ENOENT for none.
 func (s *Server) ForceClose(export, session string) (int, error) {
+	n := s.closeMappings(func(_ *rtrs.ServerSession, sess *serverSession, d *mapping) bool {
+		if (session != "" && sess.name != session) || (d.exp.path != export && d.name != export) {
+			return false
+		}
+		s.logf("rnbd: session %s: %s closed by the operator", sess.name, d.exp.path)
+		return true
+	})
+	if n == 0 {
+		if session != "" {
+			return 0, fmt.Errorf("session %q has no export %q open: %w", session, export, syscall.ENOENT)
+		}
+		return 0, fmt.Errorf("no session has export %q open: %w", export, syscall.ENOENT)
+	}
+	return n, nil
+}
+
+// closeMappings closes the mappings that drop picks, as a CLOSE from
+// their session would (after the requests running on them), and returns
+// how many. drop runs under s.mu.
+func (s *Server) closeMappings(drop func(rs *rtrs.ServerSession, sess *serverSession, d *mapping) bool) int {
 	type closing struct {
 		sess *serverSession
 		d    *mapping
@@ -69,12 +91,9 @@ func (s *Server) ForceClose(export, session string) (int, error) {
 	var cs []closing
 	s.mu.Lock()
 	s.sessions.Range(func(k, v any) bool {
-		sess := v.(*serverSession)
-		if session != "" && sess.name != session {
-			return true
-		}
+		rs, sess := k.(*rtrs.ServerSession), v.(*serverSession)
 		for id, d := range sess.table() {
-			if d != nil && (d.exp.path == export || d.name == export) {
+			if d != nil && drop(rs, sess, d) {
 				cs = append(cs, closing{sess, s.detachDevice(sess, uint32(id))})
 			}
 		}
@@ -82,14 +101,25 @@ func (s *Server) ForceClose(export, session string) (int, error) {
 	})
 	s.mu.Unlock()
 	for _, c := range cs {
-		s.logf("rnbd: session %s: device %d (%s) closed by the operator", c.sess.name, c.d.id, c.d.exp.path)
 		s.finishClose(c.sess, c.d)
 	}
-	if len(cs) == 0 {
-		if session != "" {
-			return 0, fmt.Errorf("session %q has no export %q open: %w", session, export, syscall.ENOENT)
-		}
-		return 0, fmt.Errorf("no session has export %q open: %w", export, syscall.ENOENT)
+	return len(cs)
+}
+
+// SetPolicy replaces the server's policy (nil: every client may open
+// every export) and closes the mappings that it no longer allows, as
+// ForceClose does; the others stay open. It returns how many it closed.
+func (s *Server) SetPolicy(p *Policy) int {
+	s.policy.Store(p)
+	if p == nil {
+		return 0
 	}
-	return len(cs), nil
+	return s.closeMappings(func(rs *rtrs.ServerSession, sess *serverSession, d *mapping) bool {
+		addrs := rs.PeerAddrs()
+		err := p.Allow(addrs, sess.name, d.name, d.mode)
+		if err != nil {
+			s.logf("rnbd: audit: mapping closed by the new policy: session %q from %v, export %q, access mode %s: %v", sess.name, addrs, d.name, d.mode, err)
+		}
+		return err != nil
+	})
 }

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -468,6 +471,83 @@ func TestServerExportsAndForceClose(t *testing.T) {
 	if n, err := tab.DisconnectSession("sess-b"); n != 1 || err != nil {
 		t.Errorf("DisconnectSession(sess-b) = %d, %v", n, err)
 	}
+}
+
+// With a policy an OPEN that no rule allows gets EACCES and an audit line
+// with the session, its address, the export and why; a new policy closes
+// the mappings it no longer allows and keeps the others.
+func TestServerPolicy(t *testing.T) {
+	dir := t.TempDir()
+	mkFile(t, dir, "a.img", 1<<20, 0)
+	mkFile(t, dir, "b.img", 1<<20, 0)
+	p, err := ParsePolicy([]byte("[[allow]]\nclients = [\"127.0.0.0/8\"]\nsessions = [\"sess-*\"]\nexports = [\"a.img\", \"b.img\"]\naccess = \"rw\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncLog
+	addr, srv, _ := serveTCPTest(t, ServerConfig{DevSearchPath: dir, MaxIOSize: 126976, Logf: logs.logf, Policy: p})
+	a, x := dialRNBD(t, addr, "sess-a"), dialRNBD(t, addr, "other")
+	ra, e := a.open("a.img", AccessRW)
+	if e != 0 {
+		t.Fatalf("OPEN a.img rw by sess-a: errno %d", e)
+	}
+	rb, e := a.open("b.img", AccessRW)
+	if e != 0 {
+		t.Fatalf("OPEN b.img rw by sess-a: errno %d", e)
+	}
+	if _, e := a.open("a.img", AccessMigration); e != -int(syscall.EACCES) {
+		t.Errorf("OPEN a.img migration: errno %d, want -EACCES", e)
+	}
+	if _, e := x.open("a.img", AccessRO); e != -int(syscall.EACCES) {
+		t.Errorf("OPEN by a session the policy does not name: errno %d, want -EACCES", e)
+	}
+	if !logs.has(`audit: open refused: session "other" from [127.0.0.1], export "a.img", access mode ro: no policy rule`) {
+		t.Errorf("no audit line for the refusal:\n%s", logs.String())
+	}
+	// The new policy keeps a.img for sess-a and drops b.img.
+	p2, err := ParsePolicy([]byte("[[allow]]\nsessions = [\"sess-a\"]\nexports = [\"a.img\"]\naccess = \"rw\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := srv.SetPolicy(p2); n != 1 {
+		t.Errorf("SetPolicy closed %d mappings, want 1 (b.img)", n)
+	}
+	buf := make([]byte, 4096)
+	if e := a.io(ra.DeviceID, OpRead, FlagSync, 0, buf, len(buf)); e != 0 {
+		t.Errorf("READ a.img after the new policy: errno %d", e)
+	}
+	if e := a.io(rb.DeviceID, OpRead, FlagSync, 0, buf, len(buf)); e != -int(syscall.ENOTCONN) {
+		t.Errorf("READ b.img after the new policy: errno %d, want -ENOTCONN", e)
+	}
+	if !logs.has(`audit: mapping closed by the new policy: session "sess-a"`) {
+		t.Errorf("no audit line for the closed mapping:\n%s", logs.String())
+	}
+	if n := srv.SetPolicy(nil); n != 0 {
+		t.Errorf("SetPolicy(nil) closed %d", n)
+	}
+	if _, e := x.open("b.img", AccessRO); e != 0 {
+		t.Errorf("OPEN without a policy: errno %d", e)
+	}
+}
+
+// syncLog collects a server's log lines for a test.
+type syncLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *syncLog) logf(format string, args ...any) {
+	l.mu.Lock()
+	l.lines = append(l.lines, fmt.Sprintf(format, args...))
+	l.mu.Unlock()
+}
+
+func (l *syncLog) has(s string) bool { return strings.Contains(l.String(), s) }
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
 }
 
 // The io_uring backend engine (AsyncIO) serves reads, writes with FUA,

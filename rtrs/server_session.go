@@ -155,3 +155,15 @@ func (p *ServerPath) State() ServerPathState { return ServerPathState(p.state.Lo
 // a path that never sent INFO_REQ, and no request that a closed path had
 // left unread runs after its resend.
 func (p *ServerPath) Serving() bool { return p.state.Load() == int32(ServerPathConnected) }
+
+// PeerAddrs returns the source addresses of the session's paths, one per
+// path (a session lingering without paths has none).
+func (s *ServerSession) PeerAddrs() []netip.Addr {
+	s.t.mu.Lock()
+	defer s.t.mu.Unlock()
+	out := make([]netip.Addr, 0, len(s.paths))
+	for _, p := range s.paths {
+		out = append(out, p.src.Addr().Unmap())
+	}
+	return out
+}

@@ -263,3 +263,51 @@ func (l serverLog) String() string {
 	b, _ := os.ReadFile(string(l))
 	return string(b)
 }
+
+// --config: a file that does not parse stops the server before it
+// listens (EINVAL, naming the rule); SIGHUP reads it again, and a broken
+// file then keeps the rules in force and the server running.
+func TestServerConfigFile(t *testing.T) {
+	bin := labtest.Binary(t)
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "server.toml")
+	os.WriteFile(conf, []byte("[[allow]]\nclients = [\"127.0.0.1/40\"]\naccess = \"rw\"\n"), 0o600)
+	srvArgs := []string{"server", "--listen", "tcp://127.0.0.1:" + strconv.Itoa(freeTCPPort(t)), "--memory", "m0=1M", "--config", conf}
+	cmd := exec.Command(bin, srvArgs...)
+	cmd.Env = append(os.Environ(), "URNBD_RUN_DIR="+dir)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != int(unix.EINVAL) || !strings.Contains(string(out), "rule 1: clients") {
+		t.Fatalf("a bad config: %v, want EINVAL naming the rule; output:\n%s", err, out)
+	}
+	os.WriteFile(conf, []byte("[[allow]]\nclients = [\"127.0.0.1\"]\nexports = [\"m0\"]\naccess = \"ro\"\n"), 0o600)
+	logf, err := os.Create(filepath.Join(dir, "server.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	log := serverLog(logf.Name())
+	srv := exec.Command(bin, srvArgs...)
+	srv.Env, srv.Stderr = cmd.Env, logf
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Process.Signal(syscall.SIGTERM); srv.Wait() })
+	waitLog := func(what string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !strings.Contains(log.String(), what); time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the server never logged %q:\n%s", what, log.String())
+			}
+		}
+	}
+	waitLog("listening on tcp://")
+	srv.Process.Signal(syscall.SIGHUP)
+	waitLog("read again; 0 mappings it refuses closed")
+	os.WriteFile(conf, []byte("[[allow]]\naccess = \"everything\"\n"), 0o600)
+	srv.Process.Signal(syscall.SIGHUP)
+	waitLog("the rules in force stay")
+	if err := srv.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Errorf("the server stopped on a broken config: %v", err)
+	}
+}

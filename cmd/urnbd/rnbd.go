@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"log"
 	"net"
@@ -47,6 +48,7 @@ func serverCommand() *cli.Command {
 			&cli.IntFlag{Name: "max-handshakes", Value: rtrs.DefaultMaxHandshakes, Usage: "connection handshakes running at once; one more is refused (EBUSY)"},
 			&cli.StringFlag{Name: "max-memory", Value: "50%", Usage: "`SIZE` (or PERCENT of RAM) the sessions' chunk pools may take together (each takes queue-depth × max-chunk-size); a session beyond is refused (ENOMEM)"},
 			adminSocketFlag,
+			&cli.StringFlag{Name: "config", Usage: "`FILE` (TOML) of [[allow]] rules: which clients (clients = address ranges, sessions = name patterns) may open which exports (exports = device_path patterns) with what highest access (ro, rw, migration); without it every client may open every export. Read again on SIGHUP; mappings the new rules refuse are closed. See rnbd.Policy"},
 			&cli.DurationFlag{Name: "session-linger", Value: rtrs.DefaultLinger, Usage: "how long a session whose last path went keeps its devices open for the client to reconnect; another session that claims its name ends it at once"},
 		},
 		Action:      runServer,
@@ -71,6 +73,10 @@ func runServer(c *cli.Context) error {
 			return fmt.Errorf("dev-search-path %s: not a folder: %w", search, unix.ENOENT)
 		}
 	}
+	policy, err := readPolicy(c.String("config"))
+	if err != nil {
+		return err
+	}
 	memory := map[string]uint64{}
 	for _, m := range c.StringSlice("memory") {
 		name, size, ok := strings.Cut(m, "=")
@@ -84,7 +90,7 @@ func runServer(c *cli.Context) error {
 		return fmt.Errorf("backend-io %q: want sync, uring or loop: %w", m, unix.EINVAL)
 	}
 	srv, err := rnbd.NewServer(rnbd.ServerConfig{DevSearchPath: search, MaxIOSize: int(chunk) - rtrs.DefaultMaxHdrSize,
-		MemoryExports: memory, AsyncIO: c.String("backend-io") == "uring", LoopIO: c.String("backend-io") == "loop"})
+		MemoryExports: memory, Policy: policy, AsyncIO: c.String("backend-io") == "uring", LoopIO: c.String("backend-io") == "loop"})
 	if err != nil {
 		return err
 	}
@@ -167,19 +173,55 @@ func runServer(c *cli.Context) error {
 		log.Printf("urnbd server: listening on tcp://%s, %s", ln.Addr(), exporting)
 		go func() { errs <- rs.Serve(ln) }()
 	}
-	sigs := make(chan os.Signal, 1)
+	sigs, hup := make(chan os.Signal, 1), make(chan os.Signal, 1)
 	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM)
-	select {
-	case <-sigs:
-		log.Printf("urnbd server: stopping")
-		admin.Close()
-		tab.Close()
-		return rs.Close()
-	case err := <-errs:
-		tab.Close()
-		rs.Close()
-		return err
+	signal.Notify(hup, unix.SIGHUP)
+	for {
+		select {
+		case <-hup:
+			reloadPolicy(c.String("config"), srv)
+		case <-sigs:
+			log.Printf("urnbd server: stopping")
+			admin.Close()
+			tab.Close()
+			return rs.Close()
+		case err := <-errs:
+			tab.Close()
+			rs.Close()
+			return err
+		}
 	}
+}
+
+// reloadPolicy reads the --config file again (SIGHUP) and makes srv
+// apply it; a file that does not read keeps the rules in force.
+func reloadPolicy(file string, srv *rnbd.Server) {
+	if file == "" {
+		log.Printf("urnbd server: SIGHUP: no --config to read again")
+		return
+	}
+	p, err := readPolicy(file)
+	if err != nil {
+		log.Printf("urnbd server: SIGHUP: %v; the rules in force stay", err)
+		return
+	}
+	log.Printf("urnbd server: SIGHUP: %s read again; %d mappings it refuses closed", file, srv.SetPolicy(p))
+}
+
+// readPolicy reads the --config file; "" is no policy.
+func readPolicy(file string) (*rnbd.Policy, error) {
+	if file == "" {
+		return nil, nil
+	}
+	text, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	p, err := rnbd.ParsePolicy(text)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", file, errors.Join(err, unix.EINVAL))
+	}
+	return p, nil
 }
 
 // parseMemoryLimit parses --max-memory: a size (parseSize) or a
