@@ -141,6 +141,16 @@ func (tc *testClient) open(dev string, mode AccessMode) (OpenRsp, int) {
 	return rsp, errno
 }
 
+// mustOpen opens dev, failing the test if the server refuses.
+func (tc *testClient) mustOpen(dev string, mode AccessMode) OpenRsp {
+	tc.t.Helper()
+	rsp, e := tc.open(dev, mode)
+	if e != 0 {
+		tc.t.Fatalf("OPEN %s %s: errno %d", dev, mode, e)
+	}
+	return rsp
+}
+
 func (tc *testClient) io(id uint32, op IOOp, flags uint32, off int64, data []byte, n int) int {
 	m := IO{DeviceID: id, Sector: uint64(off >> 9), RW: MakeRW(op, flags), BiSize: uint32(n)}
 	return tc.call(&m, !op.RTRSRead(), data)
@@ -399,14 +409,8 @@ func TestServerExportsAndForceClose(t *testing.T) {
 	mkFile(t, dir, "a.img", 1<<20, 0)
 	addr, srv, tab := serveTCPTest(t, ServerConfig{DevSearchPath: dir, MaxIOSize: 126976, Logf: t.Logf})
 	a, b := dialRNBD(t, addr, "sess-a"), dialRNBD(t, addr, "sess-b")
-	ra, e := a.open("a.img", AccessMigration)
-	if e != 0 {
-		t.Fatalf("OPEN a: errno %d", e)
-	}
-	rb, e := b.open("./a.img", AccessRO)
-	if e != 0 {
-		t.Fatalf("OPEN b: errno %d", e)
-	}
+	ra := a.mustOpen("a.img", AccessMigration)
+	rb := b.mustOpen("./a.img", AccessRO)
 	ex := srv.Exports()
 	if len(ex) != 1 || ex[0].Path != filepath.Join(dir, "a.img") || len(ex[0].Sessions) != 2 {
 		t.Fatalf("Exports() = %+v, want a.img open in two sessions", ex)
@@ -487,14 +491,8 @@ func TestServerPolicy(t *testing.T) {
 	var logs syncLog
 	addr, srv, _ := serveTCPTest(t, ServerConfig{DevSearchPath: dir, MaxIOSize: 126976, Logf: logs.logf, Policy: p})
 	a, x := dialRNBD(t, addr, "sess-a"), dialRNBD(t, addr, "other")
-	ra, e := a.open("a.img", AccessRW)
-	if e != 0 {
-		t.Fatalf("OPEN a.img rw by sess-a: errno %d", e)
-	}
-	rb, e := a.open("b.img", AccessRW)
-	if e != 0 {
-		t.Fatalf("OPEN b.img rw by sess-a: errno %d", e)
-	}
+	ra := a.mustOpen("a.img", AccessRW)
+	rb := a.mustOpen("b.img", AccessRW)
 	if _, e := a.open("a.img", AccessMigration); e != -int(syscall.EACCES) {
 		t.Errorf("OPEN a.img migration: errno %d, want -EACCES", e)
 	}

@@ -239,19 +239,21 @@ func askServer(c *cli.Context, req *adminRequest) (*adminReply, error) {
 
 var adminSocketFlag = &cli.StringFlag{Name: "admin-socket", Usage: "`PATH` of the server's admin socket (default $URNBD_RUN_DIR/server.sock, /run/urnbd/server.sock)"}
 
+// exactly is the action fn of a command that takes n arguments (what
+// names them), refusing any other count.
+func exactly(n int, what string, fn cli.ActionFunc) cli.ActionFunc {
+	return func(c *cli.Context) error {
+		if c.NArg() != n {
+			return badUsage(c, "want %s", what)
+		}
+		return fn(c)
+	}
+}
+
 // serverAdminCommands are `urnbd server session|device|path ...`, the rnbd
 // tool's server commands.
 func serverAdminCommands() []*cli.Command {
 	flags := append(formatFlags("table"), adminSocketFlag)
-	one := func(what string) func(c *cli.Context, n int) error {
-		return func(c *cli.Context, n int) error {
-			if c.NArg() != n {
-				return badUsage(c, "want %s", what)
-			}
-			return nil
-		}
-	}
-	sessArg, pathArgs, devArg := one("SESSNAME"), one("SESSNAME PATH"), one("DEVICE")
 	return []*cli.Command{
 		{
 			Name:  "session",
@@ -260,25 +262,19 @@ func serverAdminCommands() []*cli.Command {
 				{Name: "list", Usage: "list the sessions: name, state, paths, devices", Flags: flags,
 					Action: func(c *cli.Context) error { return showSessions(c, "") }},
 				{Name: "show", Usage: "show a session: its paths and devices", ArgsUsage: "SESSNAME", Flags: flags,
-					Action: func(c *cli.Context) error {
-						if err := sessArg(c, 1); err != nil {
-							return err
-						}
+					Action: exactly(1, "SESSNAME", func(c *cli.Context) error {
 						return showSessions(c, c.Args().First())
-					}},
+					})},
 				{Name: "disconnect", Usage: "disconnect every path of a session (its client reconnects them)", ArgsUsage: "SESSNAME",
 					Flags: []cli.Flag{adminSocketFlag},
-					Action: func(c *cli.Context) error {
-						if err := sessArg(c, 1); err != nil {
-							return err
-						}
+					Action: exactly(1, "SESSNAME", func(c *cli.Context) error {
 						rep, err := askServer(c, &adminRequest{Op: "disconnect-session", Session: c.Args().First()})
 						if err != nil {
 							return fmt.Errorf("server session disconnect: %w", err)
 						}
 						fmt.Printf("%d paths disconnected\n", rep.Count)
 						return nil
-					}},
+					})},
 			},
 		},
 		{
@@ -293,34 +289,25 @@ func serverAdminCommands() []*cli.Command {
 						return showPaths(c, c.Args().First(), "")
 					}},
 				{Name: "show", Usage: "show a path: addresses, device, state, stats/rdma and stats/wc_completion", ArgsUsage: "SESSNAME PATH", Flags: flags,
-					Action: func(c *cli.Context) error {
-						if err := pathArgs(c, 2); err != nil {
-							return err
-						}
+					Action: exactly(2, "SESSNAME PATH", func(c *cli.Context) error {
 						return showPaths(c, c.Args().First(), c.Args().Get(1))
-					}},
+					})},
 				{Name: "disconnect", Usage: "disconnect a path (PATH: src@dst as list shows it, or its index); its client reconnects it", ArgsUsage: "SESSNAME PATH",
 					Flags: []cli.Flag{adminSocketFlag},
-					Action: func(c *cli.Context) error {
-						if err := pathArgs(c, 2); err != nil {
-							return err
-						}
+					Action: exactly(2, "SESSNAME PATH", func(c *cli.Context) error {
 						if _, err := askServer(c, &adminRequest{Op: "disconnect-path", Session: c.Args().First(), Path: c.Args().Get(1)}); err != nil {
 							return fmt.Errorf("server path disconnect: %w", err)
 						}
 						return nil
-					}},
+					})},
 				{Name: "reset-stats", Usage: "clear a path's statistics (the kernel's stats/reset_all)", ArgsUsage: "SESSNAME PATH",
 					Flags: []cli.Flag{adminSocketFlag},
-					Action: func(c *cli.Context) error {
-						if err := pathArgs(c, 2); err != nil {
-							return err
-						}
+					Action: exactly(2, "SESSNAME PATH", func(c *cli.Context) error {
 						if _, err := askServer(c, &adminRequest{Op: "reset-path-stats", Session: c.Args().First(), Path: c.Args().Get(1)}); err != nil {
 							return fmt.Errorf("server path reset-stats: %w", err)
 						}
 						return nil
-					}},
+					})},
 			},
 		},
 		{
@@ -330,25 +317,19 @@ func serverAdminCommands() []*cli.Command {
 				{Name: "list", Usage: "list the devices open in some session, with the sessions", Flags: flags,
 					Action: func(c *cli.Context) error { return showDevices(c, "") }},
 				{Name: "show", Usage: "show a device: the sessions that have it open, how", ArgsUsage: "DEVICE", Flags: flags,
-					Action: func(c *cli.Context) error {
-						if err := devArg(c, 1); err != nil {
-							return err
-						}
+					Action: exactly(1, "DEVICE", func(c *cli.Context) error {
 						return showDevices(c, c.Args().First())
-					}},
+					})},
 				{Name: "close", Usage: "force close a device in every session, or in one (--session): their I/O on it fails from then on", ArgsUsage: "DEVICE",
 					Flags: []cli.Flag{adminSocketFlag, &cli.StringFlag{Name: "session", Usage: "only in the session `SESSNAME`"}},
-					Action: func(c *cli.Context) error {
-						if err := devArg(c, 1); err != nil {
-							return err
-						}
+					Action: exactly(1, "DEVICE", func(c *cli.Context) error {
 						rep, err := askServer(c, &adminRequest{Op: "close-device", Device: c.Args().First(), Session: c.String("session")})
 						if err != nil {
 							return fmt.Errorf("server device close: %w", err)
 						}
 						fmt.Printf("%d mappings closed\n", rep.Count)
 						return nil
-					}},
+					})},
 			},
 		},
 	}
