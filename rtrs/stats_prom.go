@@ -51,6 +51,10 @@ func promLabels(sess, path string) string {
 	return `sess="` + promLabelEscaper.Replace(sess) + `",path="` + promLabelEscaper.Replace(path) + `"`
 }
 
+// PromLabelValue quotes s as a Prometheus label value: in double quotes,
+// with backslash, double quote and newline escaped.
+func PromLabelValue(s string) string { return `"` + promLabelEscaper.Replace(s) + `"` }
+
 // AppendPromHeader appends the HELP and TYPE lines of a metric family.
 func AppendPromHeader(b []byte, name, typ, help string) []byte { return promHeader(b, name, typ, help) }
 

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -163,8 +165,8 @@ func TestServerNeedsListenAndExports(t *testing.T) {
 func TestServerAdminCommands(t *testing.T) {
 	bin := labtest.Binary(t)
 	run := t.TempDir()
-	port := freeTCPPort(t)
-	srv := exec.Command(bin, "server", "--listen", "tcp://127.0.0.1:"+strconv.Itoa(port), "--memory", "m0=1M")
+	port, metrics := freeTCPPort(t), "127.0.0.1:"+strconv.Itoa(freeTCPPort(t))
+	srv := exec.Command(bin, "server", "--listen", "tcp://127.0.0.1:"+strconv.Itoa(port), "--memory", "m0=1M", "--metrics-listen", metrics)
 	srv.Env = append(os.Environ(), "URNBD_RUN_DIR="+run)
 	logf, err := os.Create(filepath.Join(run, "server.log"))
 	if err != nil {
@@ -214,6 +216,15 @@ func TestServerAdminCommands(t *testing.T) {
 	p := paths[0]
 	if p.Session != "adm1" || p.Name != "127.0.0.1@127.0.0.1" || p.State != "connected" || p.Transport != "tcp" || p.SrcAddr != "127.0.0.1" {
 		t.Errorf("path: %+v", p)
+	}
+	resp, err := http.Get("http://" + metrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `urnbd_server_session_paths{sess="adm1"} 1`) || !strings.Contains(string(body), `urnbd_server_session_devices{sess="adm1"} 0`) {
+		t.Errorf("/metrics:\n%s", body)
 	}
 	if out, err := cli("path", "show", "adm1", p.Name); err != nil || !strings.Contains(out, "src_addr:") || !strings.Contains(out, "connected") {
 		t.Errorf("path show: %v\n%s", err, out)

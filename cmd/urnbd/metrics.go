@@ -16,27 +16,39 @@ import (
 // format on http://addr/metrics: the RTRS client families of every path
 // (see package rtrs) and, from eBPF, each device's block latency.
 func (d *clientDaemon) serveMetrics(addr string) error {
+	return serveMetricsOn(addr, "urnbd client daemon", func() ([]byte, error) {
+		rep, err := d.collectStats(false)
+		if err != nil {
+			return nil, err
+		}
+		return rep.appendPrometheus(nil), nil
+	})
+}
+
+// serveMetricsOn serves what render gives on http://addr/metrics, in the
+// Prometheus text format; who names the process in its logs.
+func serveMetricsOn(addr, who string, render func() ([]byte, error)) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("metrics: listen on %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
-		rep, err := d.collectStats(false)
+		b, err := render()
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		w.Write(rep.appendPrometheus(nil))
+		w.Write(b)
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && err != http.ErrServerClosed {
-			log.Printf("urnbd client daemon: metrics: %v", err)
+			log.Printf("%s: metrics: %v", who, err)
 		}
 	}()
-	log.Printf("urnbd client daemon: metrics on http://%s/metrics", ln.Addr())
+	log.Printf("%s: metrics on http://%s/metrics", who, ln.Addr())
 	return nil
 }
 

@@ -48,6 +48,7 @@ func serverCommand() *cli.Command {
 			&cli.IntFlag{Name: "max-handshakes", Value: rtrs.DefaultMaxHandshakes, Usage: "connection handshakes running at once; one more is refused (EBUSY)"},
 			&cli.StringFlag{Name: "max-memory", Value: "50%", Usage: "`SIZE` (or PERCENT of RAM) the sessions' chunk pools may take together (each takes queue-depth × max-chunk-size); a session beyond is refused (ENOMEM)"},
 			adminSocketFlag,
+			&cli.StringFlag{Name: "metrics-listen", Usage: "serve Prometheus metrics on http://`ADDR`/metrics (e.g. 127.0.0.1:9756): per path the RTRS server families (stats/rdma, wc_completion), per session its paths and devices"},
 			&cli.StringFlag{Name: "config", Usage: "`FILE` (TOML) of [[allow]] rules: which clients (clients = address ranges, sessions = name patterns) may open which exports (exports = device_path patterns) with what highest access (ro, rw, migration); without it every client may open every export. Read again on SIGHUP; mappings the new rules refuse are closed. See rnbd.Policy"},
 			&cli.DurationFlag{Name: "session-linger", Value: rtrs.DefaultLinger, Usage: "how long a session whose last path went keeps its devices open for the client to reconnect; another session that claims its name ends it at once"},
 		},
@@ -117,7 +118,13 @@ func runServer(c *cli.Context) error {
 		return err
 	}
 	defer admin.Close()
-	go (&serverAdmin{tab: tab, srv: srv}).serve(admin)
+	adm := &serverAdmin{tab: tab, srv: srv}
+	go adm.serve(admin)
+	if addr := c.String("metrics-listen"); addr != "" {
+		if err := serveMetricsOn(addr, "urnbd server", func() ([]byte, error) { return adm.appendPrometheus(nil), nil }); err != nil {
+			return err
+		}
+	}
 	rs, err := tcp.NewServer(tcp.ServerConfig{ServerConfig: rtrs.ServerConfig{QueueDepth: c.Int("queue-depth"), ChunkSize: int(chunk), Sessions: tab}, Handler: srv})
 	if err != nil {
 		return fmt.Errorf("server parameters: %w", err)

@@ -222,6 +222,37 @@ func (a *serverAdmin) devices() []deviceEntry {
 	return out
 }
 
+// appendPrometheus renders the server's metrics: the RTRS server
+// families of every path that keeps statistics (package rtrs), and per
+// session its paths and open devices.
+func (a *serverAdmin) appendPrometheus(b []byte) []byte {
+	st := a.tab.Status()
+	var paths []rtrs.PromServerPath
+	for _, s := range st {
+		for _, p := range s.Paths {
+			if p.Details.Stats != nil {
+				paths = append(paths, rtrs.PromServerPath{Sess: s.Name, Path: p.Name, Stats: p.Details.Stats.Snapshot()})
+			}
+		}
+	}
+	b = rtrs.AppendServerPrometheus(b, paths)
+	devs := map[string]int{}
+	for _, e := range a.srv.Exports() {
+		for _, s := range e.Sessions {
+			devs[s.Session]++
+		}
+	}
+	b = rtrs.AppendPromHeader(b, "urnbd_server_session_paths", "gauge", "Paths of a session (0: lingering, waiting for its client).")
+	for _, s := range st {
+		b = fmt.Appendf(b, "urnbd_server_session_paths{sess=%s} %d\n", rtrs.PromLabelValue(s.Name), len(s.Paths))
+	}
+	b = rtrs.AppendPromHeader(b, "urnbd_server_session_devices", "gauge", "Devices a session has open.")
+	for _, s := range st {
+		b = fmt.Appendf(b, "urnbd_server_session_devices{sess=%s} %d\n", rtrs.PromLabelValue(s.Name), devs[s.Name])
+	}
+	return b
+}
+
 // askServer sends req to the server on the admin socket of c's
 // --admin-socket.
 func askServer(c *cli.Context, req *adminRequest) (*adminReply, error) {
