@@ -15,9 +15,10 @@ import (
 // ControlPath is the ublk control device.
 const ControlPath = "/dev/ublk-control"
 
-// ErrNoDriver says that the ublk driver is not loaded (no /dev/ublk-control).
-var ErrNoDriver = errors.New("ublk driver not available: " + ControlPath +
-	" is missing; load it with 'modprobe ublk_drv' (kernel 6.1 or newer, CONFIG_BLK_DEV_UBLK)")
+// ErrNoDriver says that the ublk driver is not loaded (no
+// /dev/ublk-control); it wraps ENODEV.
+var ErrNoDriver = fmt.Errorf("ublk driver not available: "+ControlPath+
+	" is missing; load it with 'modprobe ublk_drv' (kernel 6.1 or newer, CONFIG_BLK_DEV_UBLK): %w", unix.ENODEV)
 
 // Control sends control commands to /dev/ublk-control through its own
 // io_uring (128-byte entries, as URING_CMD needs for the 32-byte command).

@@ -160,15 +160,19 @@ func BlockPath(id uint32) string { return fmt.Sprintf("/dev/ublkb%d", id) }
 // CharPath returns the path of device id's char device.
 func CharPath(id uint32) string { return fmt.Sprintf("/dev/ublkc%d", id) }
 
+// UsedFeatures are the driver features Create asks for (the recovery
+// ones unless Options.NoRecovery).
+const UsedFeatures = FlagCmdIoctlEncode | FlagUserRecovery | FlagUserRecoveryReissue
+
 // Create adds a device, starts its queues with target and exposes the block
 // device. On error nothing is left behind.
 func Create(ctrl *Control, opts Options, target Target) (*Device, error) {
 	if err := opts.setDefaults(); err != nil {
 		return nil, err
 	}
-	want := FlagCmdIoctlEncode
-	if !opts.NoRecovery {
-		want |= FlagUserRecovery | FlagUserRecoveryReissue
+	want := UsedFeatures
+	if opts.NoRecovery {
+		want &^= FlagUserRecovery | FlagUserRecoveryReissue
 	}
 	if features, err := ctrl.Features(); err == nil {
 		if want&features != want {

@@ -20,6 +20,7 @@ import (
 	"github.com/urnbd/urnbd/internal/clientd"
 	"github.com/urnbd/urnbd/rnbd"
 	"github.com/urnbd/urnbd/rtrs"
+	"github.com/urnbd/urnbd/ublk"
 
 	"golang.org/x/sys/unix"
 
@@ -75,6 +76,18 @@ func TestNoDriverMessage(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "modprobe ublk_drv") {
 		t.Errorf("message does not say how to load the driver:\n%s", out)
+	}
+	// map starts the client daemon, which stops at once: the command
+	// itself says why and exits with the daemon's errno, ENODEV.
+	cmd := exec.Command(labtest.Binary(t), "map", "sessname=nodrv", "path=ip:127.0.0.1", "device_path=a.img")
+	cmd.Env = append(os.Environ(), "URNBD_RUN_DIR="+t.TempDir())
+	out, err = cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != int(unix.ENODEV) {
+		t.Errorf("map without a driver: %v, want exit status ENODEV (%d); output:\n%s", err, unix.ENODEV, out)
+	}
+	if !strings.Contains(string(out), "client daemon did not start: ublk driver not available") || !strings.Contains(string(out), "modprobe ublk_drv") {
+		t.Errorf("map without a driver does not say why at the prompt:\n%s", out)
 	}
 }
 
@@ -320,5 +333,29 @@ func TestServerConfigFile(t *testing.T) {
 	waitLog("the rules in force stay")
 	if err := srv.Process.Signal(syscall.Signal(0)); err != nil {
 		t.Errorf("the server stopped on a broken config: %v", err)
+	}
+}
+
+// urnbd --version and urnbd version --json say the build, the protocol
+// versions, and the ublk features used; on a host without ublk_drv the
+// kernel's features are none, with why.
+func TestVersion(t *testing.T) {
+	bin := labtest.Binary(t)
+	out, err := exec.Command(bin, "--version").CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "urnbd ") || !strings.Contains(string(out), "protocols: RTRS 2.0, RNBD 2.0") {
+		t.Errorf("--version: %v\n%s", err, out)
+	}
+	out, err = exec.Command(bin, "version", "--json").Output()
+	var v versionInfo
+	if err != nil || json.Unmarshal(out, &v) != nil {
+		t.Fatalf("version --json: %v\n%s", err, out)
+	}
+	if v.Version == "" || !strings.HasPrefix(v.Go, "go1.") || v.RTRS != "2.0" || v.RNBD != "2.0" || len(v.UblkUsed) == 0 {
+		t.Errorf("version --json: %+v", v)
+	}
+	if _, err := os.Stat(ublk.ControlPath); err != nil && (v.UblkKernel != nil || !strings.Contains(v.UblkError, "modprobe ublk_drv")) {
+		t.Errorf("without ublk_drv: kernel features %v, error %q", v.UblkKernel, v.UblkError)
+	} else if err == nil && len(v.UblkKernel) == 0 {
+		t.Errorf("with ublk_drv: no kernel features (%q)", v.UblkError)
 	}
 }

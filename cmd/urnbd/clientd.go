@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"os"
@@ -67,22 +68,49 @@ func startClientDaemon(args ...string) error {
 		return err
 	}
 	defer logf.Close()
+	logStart, _ := logf.Seek(0, io.SeekEnd)
 	cmd := exec.Command(exe, append([]string{"client", "daemon"}, args...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start client daemon: %w", err)
 	}
-	go cmd.Wait()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if c, err := net.Dial("unix", clientSocket()); err == nil {
 			c.Close()
 			return nil
 		}
-		time.Sleep(20 * time.Millisecond)
+		select {
+		case err := <-exited:
+			return daemonStartError(daemonLog(), logStart, err)
+		default:
+		}
 	}
-	return fmt.Errorf("client daemon did not start; see %s", daemonLog())
+	return fmt.Errorf("client daemon did not start within 10 s; see %s: %w", daemonLog(), unix.ETIMEDOUT)
+}
+
+// daemonStartError is the error of a client daemon that exited before it
+// listened: its own last error line from its log (written from offset
+// on), and its exit status as the errno it stands for (see exitCode).
+func daemonStartError(log string, offset int64, waitErr error) error {
+	why := "it exited"
+	if b, err := os.ReadFile(log); err == nil && int64(len(b)) >= offset {
+		lines := strings.Split(strings.TrimSpace(string(b[offset:])), "\n")
+		for i := len(lines) - 1; i >= 0; i-- {
+			if l := strings.TrimSpace(lines[i]); l != "" {
+				why = strings.TrimPrefix(l, "urnbd: ")
+				break
+			}
+		}
+	}
+	var ee *exec.ExitError
+	if errors.As(waitErr, &ee) && ee.ExitCode() > 1 && ee.ExitCode() < 126 {
+		errno := unix.Errno(ee.ExitCode())
+		return fmt.Errorf("client daemon did not start: %s: %w", strings.TrimSuffix(why, ": "+errno.Error()), errno)
+	}
+	return fmt.Errorf("client daemon did not start: %s (see %s)", why, log)
 }
 
 func mapDevice(c *cli.Context, spec *clientd.MapSpec) error {

@@ -42,12 +42,15 @@ func newApp() *cli.App {
 			sessionCommand(),
 			clientCommand(),
 			ublkCommand(),
+			versionCommand(),
 		},
 		HideHelpCommand: true,
+		Version:         buildInfo().Version,
 		OnUsageError:    flagError,
 		// main prints the error and exits with exitCode.
 		ExitErrHandler: func(*cli.Context, error) {},
 	}
+	cli.VersionPrinter = func(*cli.Context) { fmt.Print(buildVersion().text()) }
 	refuseStrayArgs(app.Commands)
 	app.Action = func(c *cli.Context) error {
 		if c.NArg() == 0 {
