@@ -13,7 +13,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/urnbd/urnbd/internal/allocstest"
 	"github.com/urnbd/urnbd/internal/labtest"
 	"github.com/urnbd/urnbd/ublk"
 )
@@ -259,7 +258,7 @@ func TestLabQueueLoopAllocatesNothing(t *testing.T) {
 			f, buf := openDirect(t, ublk.BlockPath(dev.ID()))
 			defer f.Close()
 			readLoop(t, f, buf, 100) // warm up
-			allocs := allocstest.PerRun(5, func() { readLoop(t, f, buf, 200) })
+			allocs := testing.AllocsPerRun(5, func() { readLoop(t, f, buf, 200) })
 			if perIO := allocs / 200; perIO > 0.01 {
 				t.Errorf("%.3f allocations per I/O, want 0", perIO)
 			}

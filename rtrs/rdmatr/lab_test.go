@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/urnbd/urnbd/internal/allocstest"
 	"github.com/urnbd/urnbd/internal/labtest"
 	"github.com/urnbd/urnbd/rtrs"
 )
@@ -1063,13 +1062,13 @@ func TestLabAllocatesNothingPerRequest(t *testing.T) {
 			}
 			// Do carries a func: the harness's cost, made once.
 			nop := func() { done <- 0 }
-			base := allocstest.PerRun(500, func() { q.Do(nop); <-done })
+			base := testing.AllocsPerRun(500, func() { q.Do(nop); <-done })
 			// Other goroutines of the process (the teardown of an
 			// earlier test) can only add allocations: the least of up
 			// to three measurements bounds the datapath's own.
-			got := allocstest.PerRun(500, round)
+			got := testing.AllocsPerRun(500, round)
 			for k := 1; k < 3 && got-base > 0.05; k++ {
-				got = min(got, allocstest.PerRun(500, round))
+				got = min(got, testing.AllocsPerRun(500, round))
 			}
 			t.Logf("size %d write %v: %.2f allocations per round trip, harness %.2f", size, write, got, base)
 			if got-base > 0.05 {

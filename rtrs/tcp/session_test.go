@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/urnbd/urnbd/internal/allocstest"
 	"github.com/urnbd/urnbd/rtrs/internal/sessiontest"
 
 	"github.com/urnbd/urnbd/rtrs"
@@ -562,8 +561,8 @@ func TestSessionAllocatesNothingPerRequest(t *testing.T) {
 			// Do posts a func, made once: count what a round costs beyond
 			// what posting one costs.
 			nop := func() { o.done <- 0 }
-			base := allocstest.PerRun(200, func() { q.Do(nop); <-o.done })
-			got := allocstest.PerRun(200, round)
+			base := testing.AllocsPerRun(200, func() { q.Do(nop); <-o.done })
+			got := testing.AllocsPerRun(200, round)
 			if got-base > 0.05 {
 				t.Errorf("size %d write %v: %.2f allocations per request round trip beyond the harness's %.2f", size, write, got-base, base)
 			}
