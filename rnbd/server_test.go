@@ -460,6 +460,12 @@ func TestServerExportsAndForceClose(t *testing.T) {
 	if _, err := tab.DisconnectSession("sess-z"); !errors.Is(err, syscall.ENOENT) {
 		t.Errorf("DisconnectSession of no such session: %v, want ENOENT", err)
 	}
+	if err := tab.ResetPathStats("sess-a", p.Name); !errors.Is(err, syscall.EOPNOTSUPP) {
+		t.Errorf("ResetPathStats of a TCP path: %v, want EOPNOTSUPP (it keeps no statistics)", err)
+	}
+	if err := tab.ResetPathStats("sess-a", "7"); !errors.Is(err, syscall.ENOENT) {
+		t.Errorf("ResetPathStats of no such path: %v, want ENOENT", err)
+	}
 	if err := tab.DisconnectPath("sess-a", p.Name); err != nil {
 		t.Fatal(err)
 	}

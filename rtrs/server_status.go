@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 )
@@ -88,26 +89,47 @@ func (t *ServerTable) Status() []ServerSessionStatus {
 // kernel's paths/<src@dst>/disconnect does: the client reconnects it. It
 // returns ENOENT for no such session or path.
 func (t *ServerTable) DisconnectPath(name, path string) error {
-	t.mu.Lock()
-	sess := t.byName[name]
-	var owner PathOwner
-	if sess != nil {
-		for i, p := range sess.paths {
-			if ServerPathName(p.src, p.dst) == path || fmt.Sprint(i) == path {
-				owner = p.owner
-				break
-			}
+	p, err := t.lookupPath(name, path)
+	if err != nil {
+		return err
+	}
+	p.owner.ClosePath()
+	return nil
+}
+
+// ResetPathStats clears the statistics of a path named as for
+// DisconnectPath, as writing to the kernel's stats/reset_all does. It
+// returns ENOENT for no such session or path, and EOPNOTSUPP for a path
+// whose transport keeps none.
+func (t *ServerTable) ResetPathStats(name, path string) error {
+	p, err := t.lookupPath(name, path)
+	if err != nil {
+		return err
+	}
+	if d, ok := p.owner.(PathDetailer); ok {
+		if d := d.PathDetails(); d.Stats != nil {
+			d.Stats.ResetAll()
+			return nil
 		}
 	}
-	t.mu.Unlock()
-	switch {
-	case sess == nil:
-		return fmt.Errorf("no session %q: %w", name, syscall.ENOENT)
-	case owner == nil:
-		return fmt.Errorf("session %q has no path %q: %w", name, path, syscall.ENOENT)
+	return fmt.Errorf("path %s of session %q keeps no statistics: %w", path, name, syscall.EOPNOTSUPP)
+}
+
+// lookupPath finds the path named path (see DisconnectPath) of the
+// session named name.
+func (t *ServerTable) lookupPath(name, path string) (*ServerPath, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	sess := t.byName[name]
+	if sess == nil {
+		return nil, fmt.Errorf("no session %q: %w", name, syscall.ENOENT)
 	}
-	owner.ClosePath()
-	return nil
+	for i, p := range sess.paths {
+		if ServerPathName(p.src, p.dst) == path || strconv.Itoa(i) == path {
+			return p, nil
+		}
+	}
+	return nil, fmt.Errorf("session %q has no path %q: %w", name, path, syscall.ENOENT)
 }
 
 // DisconnectSession closes every path of the session named name; the

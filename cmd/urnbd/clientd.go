@@ -177,9 +177,7 @@ func listCommand() *cli.Command {
 				entries = append(entries, rep.Devices...)
 			}
 			if format == "json" {
-				enc := json.NewEncoder(os.Stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(entries)
+				return writeJSON(os.Stdout, entries)
 			}
 			w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(w, "DEVNAME\tSESSNAME\tMAPPING_PATH\tACCESS_MODE\tSTATE\tPATHS")

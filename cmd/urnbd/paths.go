@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -85,9 +84,7 @@ func pathCommand() *cli.Command {
 				return fmt.Errorf("path list: %w", err)
 			}
 			if c.Bool("json") {
-				enc := json.NewEncoder(os.Stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(r.Sessions)
+				return writeJSON(os.Stdout, r.Sessions)
 			}
 			w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(w, "SESSNAME\tINDEX\tPATH\tSTATE\tCUR_LATENCY\tINFLIGHT\tREADS\tWRITES\tFAILOVERS\tRECONNECTS\tLAST_ERROR")

@@ -1,10 +1,8 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log"
 	"net"
 	"os"
@@ -157,22 +155,7 @@ func (a *serverAdmin) handle(req *adminRequest) (*adminReply, error) {
 		log.Printf("urnbd server: admin: close device %q (session %q): %d mappings, %v", req.Device, req.Session, n, err)
 		return &adminReply{Count: n}, err
 	case "reset-path-stats":
-		for _, s := range a.tab.Status() {
-			if s.Name != req.Session {
-				continue
-			}
-			for i, p := range s.Paths {
-				if p.Name == req.Path || strconv.Itoa(i) == req.Path {
-					if p.Details.Stats == nil {
-						return nil, fmt.Errorf("path %s of session %q keeps no statistics (%s): %w", p.Name, s.Name, p.Details.Transport, unix.EOPNOTSUPP)
-					}
-					p.Details.Stats.ResetAll()
-					return &adminReply{Count: 1}, nil
-				}
-			}
-			return nil, fmt.Errorf("session %q has no path %q: %w", req.Session, req.Path, unix.ENOENT)
-		}
-		return nil, fmt.Errorf("no session %q: %w", req.Session, unix.ENOENT)
+		return &adminReply{Count: 1}, a.tab.ResetPathStats(req.Session, req.Path)
 	}
 	return nil, fmt.Errorf("unknown request %q: %w", req.Op, unix.EINVAL)
 }
@@ -500,10 +483,4 @@ func hasMappingPath(d deviceEntry, name string) bool {
 		}
 	}
 	return false
-}
-
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }

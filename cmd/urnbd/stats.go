@@ -280,12 +280,17 @@ func (r *statsReport) appendText(b []byte) []byte {
 // writeReport prints the report as text or JSON.
 func (r *statsReport) write(w io.Writer, format string) error {
 	if format == "json" {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(r)
+		return writeJSON(w, r)
 	}
 	_, err := w.Write(r.appendText(nil))
 	return err
+}
+
+// writeJSON writes v to w as indented JSON: the --format json of every command.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 // formatFlags are --format (text-like default, or json) and --json.

@@ -411,9 +411,7 @@ func listDevices(c *cli.Context) error {
 	}
 	switch c.String("format") {
 	case "json":
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(entries)
+		return writeJSON(os.Stdout, entries)
 	case "table":
 		w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(w, "ID\tDEVICE\tSTATE\tQUEUES\tDEPTH\tMAX_IO\tSIZE\tPID\tTARGET\tBACKING")
