@@ -62,6 +62,9 @@ type ClientConfig struct {
 	// user can set up again what a restarted server lost (RNBD reopens
 	// its devices).
 	HoldIOOnReconnect bool
+	// Key, if set, authenticates every path with it (auth.go): a server
+	// that does not take the offer, or cannot prove the key, is refused.
+	Key *Key
 }
 
 // NumQueues returns the number of queues, the admin queue included.

@@ -17,8 +17,10 @@ type UUID [16]byte
 //	off 10 le16  recon_cnt    client reconnect counter (informational)
 //	off 12 16    sess_uuid    UUID of the path
 //	off 28 16    paths_uuid   UUID of the session (group of paths)
-//	off 44 u8    bit 0: first_conn, bit 1: fence (urnbd), bits 2..7 reserved
-//	off 45 11    reserved
+//	off 44 u8    bit 0: first_conn, bit 1: fence (urnbd), bit 2: auth
+//	             (urnbd), bits 3..7 reserved
+//	off 45 11    reserved; with auth: on cid 0 the key id (8 bytes) and 3
+//	             zeros, on other cids the connection's proof (see auth.go)
 //
 // Encoding writes zeros to cma_version, ip_version and the reserved bits;
 // decoding ignores them, as the kernel server does.
@@ -42,6 +44,28 @@ type ConnReq struct {
 	// it resends their requests: a urnbd extension in a bit the kernel
 	// leaves reserved and ignores. A urnbd server answers FlagFence.
 	Fence bool
+	// Auth offers authentication (a urnbd extension in a reserved bit,
+	// like Fence); AuthData then holds the key id (cid 0, SetKeyID) or
+	// the connection's proof (ConnProof).
+	Auth     bool
+	AuthData [connReqAuthLen]byte
+}
+
+// connReqAuthLen is the size of ConnReq's reserved tail that carries
+// AuthData.
+const connReqAuthLen = ConnReqSize - 45
+
+// SetKeyID stores id in AuthData, for the cid 0 request.
+func (m *ConnReq) SetKeyID(id KeyID) {
+	m.AuthData = [connReqAuthLen]byte{}
+	copy(m.AuthData[:], id[:])
+}
+
+// KeyID returns the key id of a cid 0 request with Auth.
+func (m *ConnReq) KeyID() KeyID {
+	var id KeyID
+	copy(id[:], m.AuthData[:])
+	return id
 }
 
 // Size returns ConnReqSize.
@@ -81,6 +105,10 @@ func (m *ConnReq) MarshalTo(b []byte) (int, error) {
 	if m.Fence {
 		b[44] |= 2
 	}
+	if m.Auth {
+		b[44] |= 4
+		copy(b[45:], m.AuthData[:])
+	}
 	return ConnReqSize, nil
 }
 
@@ -105,6 +133,10 @@ func (m *ConnReq) Unmarshal(b []byte) error {
 		ReconCnt:  binary.LittleEndian.Uint16(b[10:]),
 		FirstConn: b[44]&1 != 0,
 		Fence:     b[44]&2 != 0,
+		Auth:      b[44]&4 != 0,
+	}
+	if r.Auth {
+		copy(r.AuthData[:], b[45:ConnReqSize])
 	}
 	copy(r.SessUUID[:], b[12:28])
 	copy(r.PathsUUID[:], b[28:44])
@@ -124,8 +156,9 @@ func (m *ConnReq) Unmarshal(b []byte) error {
 //	off 6  le16  queue_depth   number of server chunks
 //	off 8  le32  max_io_size   max data bytes of one request
 //	off 12 le32  max_hdr_size  max user message + RTRS header bytes
-//	off 16 le32  flags         FlagNewRkey
-//	off 20 36    reserved
+//	off 16 le32  flags         FlagNewRkey; FlagFence, FlagAuth (urnbd)
+//	off 20 16    reserved; with FlagAuth on cid 0 the server nonce
+//	off 36 20    reserved
 //
 // A reject carries only magic, version and errno (other fields zero).
 type ConnRsp struct {
@@ -141,8 +174,11 @@ type ConnRsp struct {
 	// MaxHdrSize is the room for user message + RTRS header of one request
 	// (4096 on a kernel server). Chunk size = MaxIOSize + MaxHdrSize.
 	MaxHdrSize uint32
-	// Flags holds FlagNewRkey when the server refreshes rkeys (always_invalidate).
+	// Flags holds FlagNewRkey when the server refreshes rkeys
+	// (always_invalidate), and the urnbd flags.
 	Flags uint32
+	// Nonce is the server nonce of a cid 0 response with FlagAuth.
+	Nonce [NonceSize]byte
 }
 
 // Size returns ConnRspSize.
@@ -186,6 +222,9 @@ func (m *ConnRsp) MarshalTo(b []byte) (int, error) {
 	binary.LittleEndian.PutUint32(b[8:], m.MaxIOSize)
 	binary.LittleEndian.PutUint32(b[12:], m.MaxHdrSize)
 	binary.LittleEndian.PutUint32(b[16:], m.Flags)
+	if m.Flags&FlagAuth != 0 {
+		copy(b[20:36], m.Nonce[:])
+	}
 	return ConnRspSize, nil
 }
 
@@ -210,6 +249,9 @@ func (m *ConnRsp) Unmarshal(b []byte) error {
 		MaxIOSize:  binary.LittleEndian.Uint32(b[8:]),
 		MaxHdrSize: binary.LittleEndian.Uint32(b[12:]),
 		Flags:      binary.LittleEndian.Uint32(b[16:]),
+	}
+	if r.Flags&FlagAuth != 0 {
+		copy(r.Nonce[:], b[20:36])
 	}
 	if err := r.check(); err != nil {
 		return err

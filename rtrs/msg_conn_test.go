@@ -38,15 +38,29 @@ func TestConnReq(t *testing.T) {
 		t.Fatalf("round trip %+v != %+v", d, m)
 	}
 
-	// Reserved bits, cma/ip version and minor version are ignored; bit 1
-	// of byte 44 is urnbd's fence.
+	// Reserved bits, cma/ip version and minor version are ignored; bits 1
+	// and 2 of byte 44 are urnbd's fence and auth, and with auth the
+	// reserved tail is its data.
 	x := bytes.Clone(want)
-	x[0], x[1], x[4], x[44], x[50] = 0xAA, 0xBB, 0x07, 0xFE, 0x55
+	x[0], x[1], x[4], x[44], x[50] = 0xAA, 0xBB, 0x07, 0xF2, 0x55
 	mustNoErr(t, d.Unmarshal(x))
 	m2 := m
 	m2.FirstConn, m2.Fence = false, true
 	if d != m2 {
 		t.Fatalf("got %+v", d)
+	}
+	x[44] = 0xFE
+	mustNoErr(t, d.Unmarshal(x))
+	m2.Auth, m2.AuthData[5] = true, 0x55
+	if d != m2 {
+		t.Fatalf("got %+v", d)
+	}
+	m2.SetKeyID(KeyID{1, 2, 3, 4, 5, 6, 7, 8})
+	_, err = m2.MarshalTo(b)
+	mustNoErr(t, err)
+	mustNoErr(t, d.Unmarshal(b))
+	if d != m2 || d.KeyID() != (KeyID{1, 2, 3, 4, 5, 6, 7, 8}) || d.AuthData[8] != 0 {
+		t.Fatalf("auth round trip %+v", d)
 	}
 
 	for _, c := range []struct {
@@ -148,6 +162,12 @@ func FuzzConnReq(f *testing.F) {
 	f.Add(b)
 	f.Add(b[:55])
 	f.Add(make([]byte, 56))
+	a, _ := connReqExample()
+	a.Auth = true
+	a.SetKeyID(KeyID{9, 8, 7})
+	ab := make([]byte, ConnReqSize)
+	a.MarshalTo(ab)
+	f.Add(ab)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var m ConnReq
 		if m.Unmarshal(b) != nil {
@@ -170,6 +190,9 @@ func FuzzConnRsp(f *testing.F) {
 	f.Add(b[:])
 	(&ConnRsp{Errno: -104}).MarshalTo(b[:])
 	f.Add(b[:])
+	var ab [56]byte
+	(&ConnRsp{QueueDepth: 512, MaxIOSize: 126976, MaxHdrSize: 4096, Flags: FlagAuth | FlagFence, Nonce: NewNonce()}).MarshalTo(ab[:])
+	f.Add(ab[:])
 	f.Add(b[:20])
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var m ConnRsp

@@ -14,14 +14,28 @@ import (
 //	off 257 15    reserved
 //
 // The server uses the name as its session name (and RNBD's %SESSNAME%).
+// On a path that authenticates (auth.go), the client appends a trailer:
+//
+//	off 272 le32  magic   InfoAuthMagic
+//	off 276 16    client nonce
+//	off 292 32    client proof (PathAuth.ClientProof)
 type InfoReq struct {
 	// Name holds the session name, NUL-terminated: at most PathNameLen-1
 	// bytes, then zeros. Use SetName and NameBytes.
 	Name [PathNameLen]byte
+	// Auth says the trailer is present (sent, or received).
+	Auth        bool
+	ClientNonce [NonceSize]byte
+	Proof       [PathProofSize]byte
 }
 
-// Size returns InfoReqSize.
-func (m *InfoReq) Size() int { return InfoReqSize }
+// Size returns InfoReqSize, plus InfoReqAuthSize with Auth.
+func (m *InfoReq) Size() int {
+	if m.Auth {
+		return InfoReqSize + InfoReqAuthSize
+	}
+	return InfoReqSize
+}
 
 // SetName stores name in m.Name. It fails if name is longer than
 // PathNameLen-1 bytes or contains a NUL; it does not apply CheckSessName.
@@ -57,29 +71,38 @@ func (m *InfoReq) nameLen() (int, error) {
 	return i, nil
 }
 
-// MarshalTo writes the 272-byte request to b and returns 272. Bytes of
-// m.Name after the terminating NUL are written as zeros. It fails if Name is
-// not NUL-terminated.
+// MarshalTo writes the request (272 bytes, and the trailer with Auth) to b
+// and returns its size. Bytes of m.Name after the terminating NUL are
+// written as zeros. It fails if Name is not NUL-terminated.
 func (m *InfoReq) MarshalTo(b []byte) (int, error) {
-	if len(b) < InfoReqSize {
-		return 0, errShortBuffer("info_req", len(b), InfoReqSize)
+	size := m.Size()
+	if len(b) < size {
+		return 0, errShortBuffer("info_req", len(b), size)
 	}
 	n, err := m.nameLen()
 	if err != nil {
 		return 0, err
 	}
-	b = b[:InfoReqSize]
+	b = b[:size]
 	clear(b)
 	binary.LittleEndian.PutUint16(b[0:], uint16(MsgInfoReq))
 	copy(b[2:], m.Name[:n])
-	return InfoReqSize, nil
+	if m.Auth {
+		t := b[InfoReqSize:]
+		binary.LittleEndian.PutUint32(t, InfoAuthMagic)
+		copy(t[4:], m.ClientNonce[:])
+		copy(t[4+NonceSize:], m.Proof[:])
+	}
+	return size, nil
 }
 
 // Unmarshal decodes a request from b: at least 272 bytes (ErrTruncated, the
 // kernel server checks the received length), type MsgInfoReq (ErrBadType),
 // and a name NUL-terminated within its 255 bytes (ErrOutOfRange; the kernel
 // client never sends more than 254 name bytes). The name is not checked with
-// CheckSessName; bytes after its NUL are dropped.
+// CheckSessName; bytes after its NUL are dropped. A trailer (InfoAuthMagic
+// and its full size) sets Auth; other bytes after the first 272 are
+// ignored.
 func (m *InfoReq) Unmarshal(b []byte) error {
 	if len(b) < InfoReqSize {
 		return errTruncated("info_req", len(b), InfoReqSize)
@@ -92,8 +115,13 @@ func (m *InfoReq) Unmarshal(b []byte) error {
 	if n < 0 {
 		return wireErr(ErrOutOfRange, "info_req", "pathname not NUL-terminated within %d bytes", PathNameLen)
 	}
-	m.Name = [PathNameLen]byte{}
+	*m = InfoReq{}
 	copy(m.Name[:], f[:n])
+	if t := b[InfoReqSize:]; len(t) >= InfoReqAuthSize && binary.LittleEndian.Uint32(t) == InfoAuthMagic {
+		m.Auth = true
+		copy(m.ClientNonce[:], t[4:])
+		copy(m.Proof[:], t[4+NonceSize:])
+	}
 	return nil
 }
 
@@ -107,20 +135,34 @@ func (m *InfoReq) Unmarshal(b []byte) error {
 //	off 8  16·n  desc[]   one per MR: addr = IOVA, key = rkey, len = bytes
 //
 // With always_invalidate a kernel server sends one MR per chunk; otherwise
-// a few MRs holding several chunks each.
+// a few MRs holding several chunks each. On a path that authenticates, the
+// server appends a trailer after the descriptors: le32 InfoAuthMagic and
+// its proof (PathAuth.ServerProof).
 type InfoRsp struct {
 	// Desc holds the MR descriptors in chunk order; 1..65535 entries, each
 	// with a non-zero Len.
 	Desc []SGDesc
+	// Auth says the trailer is present; Proof is the server's proof.
+	Auth  bool
+	Proof [PathProofSize]byte
 }
 
 // InfoRspBufSize returns the size of the receive buffer a client posts for
 // the INFO_RSP of a session with queueDepth chunks, 8 + 16·queueDepth (a
-// server never sends more descriptors than chunks).
-func InfoRspBufSize(queueDepth int) int { return InfoRspHdrSize + SGDescSize*queueDepth }
+// server never sends more descriptors than chunks), and the trailer.
+func InfoRspBufSize(queueDepth int) int {
+	return InfoRspHdrSize + SGDescSize*queueDepth + InfoRspAuthSize
+}
 
-// Size returns the encoded size, 8 + 16·len(m.Desc).
-func (m *InfoRsp) Size() int { return InfoRspHdrSize + SGDescSize*len(m.Desc) }
+// Size returns the encoded size, 8 + 16·len(m.Desc), plus InfoRspAuthSize
+// with Auth.
+func (m *InfoRsp) Size() int {
+	n := InfoRspHdrSize + SGDescSize*len(m.Desc)
+	if m.Auth {
+		n += InfoRspAuthSize
+	}
+	return n
+}
 
 // MarshalTo writes the response to b and returns its size. It fails if Desc
 // is empty, longer than 65535 or holds a zero-length descriptor.
@@ -142,6 +184,11 @@ func (m *InfoRsp) MarshalTo(b []byte) (int, error) {
 	binary.LittleEndian.PutUint16(b[2:], uint16(n))
 	clear(b[4:8])
 	putDescs(b[InfoRspHdrSize:], m.Desc)
+	if m.Auth {
+		t := b[InfoRspHdrSize+SGDescSize*n:]
+		binary.LittleEndian.PutUint32(t, InfoAuthMagic)
+		copy(t[4:], m.Proof[:])
+	}
 	return size, nil
 }
 
@@ -173,6 +220,11 @@ func (m *InfoRsp) Unmarshal(b []byte) error {
 		}
 	}
 	m.Desc = getDescs(m.Desc, d, n)
+	m.Auth, m.Proof = false, [PathProofSize]byte{}
+	if t := d[SGDescSize*n:]; len(t) >= InfoRspAuthSize && binary.LittleEndian.Uint32(t) == InfoAuthMagic {
+		m.Auth = true
+		copy(m.Proof[:], t[4:])
+	}
 	return nil
 }
 

@@ -197,12 +197,17 @@ func FuzzInfoReq(f *testing.F) {
 	m.MarshalTo(b)
 	f.Add(b)
 	f.Add(b[:100])
+	m.Auth, m.ClientNonce, m.Proof[3] = true, NewNonce(), 7
+	ab := make([]byte, m.Size())
+	m.MarshalTo(ab)
+	f.Add(ab)
+	f.Add(ab[:len(ab)-1])
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var m InfoReq
 		if m.Unmarshal(b) != nil {
 			return
 		}
-		out := make([]byte, InfoReqSize)
+		out := make([]byte, m.Size())
 		if _, err := m.MarshalTo(out); err != nil {
 			t.Fatalf("accepted %q does not re-encode: %v", m.NameString(), err)
 		}
@@ -219,6 +224,10 @@ func FuzzInfoRsp(f *testing.F) {
 	m.MarshalTo(b)
 	f.Add(b, uint16(4), uint8(13))
 	f.Add(b[:8], uint16(4), uint8(13))
+	m.Auth, m.Proof[0] = true, 0xAB
+	ab := make([]byte, m.Size())
+	m.MarshalTo(ab)
+	f.Add(ab, uint16(4), uint8(13))
 	f.Fuzz(func(t *testing.T, b []byte, qd uint16, chunkShift uint8) {
 		var m InfoRsp
 		if m.Unmarshal(b) != nil {
@@ -240,7 +249,7 @@ func FuzzInfoRsp(f *testing.F) {
 }
 
 func TestInfoRspBufSize(t *testing.T) {
-	if InfoRspBufSize(512) != 8+16*512 || InfoRspBufSize(1) != 24 {
+	if InfoRspBufSize(512) != 8+16*512+InfoRspAuthSize || InfoRspBufSize(1) != 24+InfoRspAuthSize {
 		t.Fatal(InfoRspBufSize(512))
 	}
 }

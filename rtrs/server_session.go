@@ -59,7 +59,11 @@ type ServerSession struct {
 	// name is written once, under t.mu, before the first path turns
 	// Connected; a path's state is stored after it, so whoever saw the
 	// path Connected reads the name without a lock.
-	name     string
+	name string
+	// identity is the key name every path of the session proved ("" for
+	// none), fixed by the first path established (authSet).
+	identity string
+	authSet  bool
 	paths    []*ServerPath
 	pool     []byte
 	poolSize int
@@ -125,6 +129,49 @@ type ServerPath struct {
 	reconCnt uint16
 	owner    PathOwner
 	deadline *time.Timer // establishment
+	// key is the key the path must prove (nil: it does not authenticate),
+	// auth what its proofs cover.
+	key  *Key
+	auth PathAuth
+}
+
+// name returns the key's name, "" for no key.
+func (k *Key) name() string {
+	if k == nil {
+		return ""
+	}
+	return k.Name
+}
+
+// Identity returns the name of the key the session's paths proved, ""
+// when they did not authenticate (or before the first is established).
+func (s *ServerSession) Identity() string {
+	s.t.mu.Lock()
+	defer s.t.mu.Unlock()
+	return s.identity
+}
+
+// AddAuth adds what the connection response to connection cid of p says
+// of authentication: FlagAuth on a path that authenticates, and on cid 0
+// the server nonce.
+func (p *ServerPath) AddAuth(rsp *ConnRsp, cid uint16) {
+	if p.key == nil {
+		return
+	}
+	rsp.Flags |= FlagAuth
+	if cid == 0 {
+		rsp.Nonce = p.auth.ServerNonce
+	}
+}
+
+// AddProof adds the server's proof to the INFO_RSP of an established path
+// that authenticates.
+func (p *ServerPath) AddProof(rsp *InfoRsp) {
+	if p.key == nil {
+		return
+	}
+	rsp.Auth = true
+	rsp.Proof = p.auth.ServerProof(p.key)
 }
 
 // Session returns the session p belongs to.

@@ -59,6 +59,19 @@ type ServerTableConfig struct {
 	OnRelease func(*ServerSession)
 	// Logf receives a line for every refusal and release; nil: log.Printf.
 	Logf func(format string, args ...any)
+	// Auth is the server's authentication (auth.go); SetAuth changes it.
+	Auth ServerAuth
+}
+
+// ServerAuth says how a server authenticates clients.
+type ServerAuth struct {
+	// Keys are the keys clients may prove; with none the server offers no
+	// authentication and takes every client unauthenticated.
+	Keys *KeyRing
+	// Required refuses (EACCES) a client that does not authenticate, a
+	// kernel client for one. Without it such a client is taken with no
+	// identity, and the upper layer's policy decides what it may open.
+	Required bool
 }
 
 // ServerTable is the session layer of an RTRS server, shared by its
@@ -71,6 +84,7 @@ type ServerTable struct {
 	cfg ServerTableConfig
 
 	mu         sync.Mutex
+	auth       ServerAuth
 	byUUID     map[UUID]*ServerSession
 	byName     map[string]*ServerSession
 	peers      map[netip.Addr]int
@@ -105,7 +119,52 @@ func NewServerTable(cfg ServerTableConfig) *ServerTable {
 		cfg.Logf = log.Printf
 	}
 	return &ServerTable{cfg: cfg, byUUID: map[UUID]*ServerSession{}, byName: map[string]*ServerSession{},
-		peers: map[netip.Addr]int{}}
+		peers: map[netip.Addr]int{}, auth: cfg.Auth}
+}
+
+// SetAuth replaces the table's authentication, for connections that come
+// from now on: established paths keep the key they proved (the upper
+// layer's policy, reloaded with it, decides whether their sessions stay).
+func (t *ServerTable) SetAuth(a ServerAuth) {
+	t.mu.Lock()
+	t.auth = a
+	t.mu.Unlock()
+}
+
+// checkAuth applies the authentication rules to connection req of a new
+// path (cid 0) or of path (other cids); t.mu is held. For a new path it
+// returns the key the path must prove.
+func (t *ServerTable) checkAuth(req *ConnReq, path *ServerPath, src netip.AddrPort) (*Key, error) {
+	if path != nil { // a later cid of the path
+		if path.key == nil {
+			return nil, nil
+		}
+		if !req.Auth {
+			return nil, refuse(syscall.EACCES, "path %x cid %d: no proof on a path that authenticates", req.SessUUID, req.CID)
+		}
+		want := ConnProof(path.key, &path.auth.ServerNonce, req)
+		if !proofEqual(want[:], req.AuthData[:]) {
+			t.logf("auth: %v path %x cid %d: wrong connection proof for key %q: %v", src, req.SessUUID, req.CID, path.key.Name, syscall.EACCES)
+			return nil, refuse(syscall.EACCES, "cid %d: wrong proof", req.CID)
+		}
+		return path.key, nil
+	}
+	if t.auth.Keys.Len() == 0 || !req.Auth {
+		if t.auth.Required {
+			t.logf("auth: %v refused: the client does not authenticate (a kernel client, or no key given): %v", src, syscall.EACCES)
+			return nil, refuse(syscall.EACCES, "authentication required")
+		}
+		return nil, nil
+	}
+	if req.CID != 0 {
+		return nil, refuse(syscall.EACCES, "an authenticating path starts with cid 0, not %d", req.CID)
+	}
+	k := t.auth.Keys.Lookup(req.KeyID())
+	if k == nil {
+		t.logf("auth: %v refused: unknown key id %x: %v", src, req.KeyID(), syscall.EACCES)
+		return nil, refuse(syscall.EACCES, "unknown key")
+	}
+	return k, nil
 }
 
 // Config returns the table's configuration with defaults filled in.
@@ -214,6 +273,23 @@ func (t *ServerTable) Attach(req *ConnReq, src, dst netip.AddrPort, poolSize int
 		return nil, refuse(syscall.ECONNRESET, "server closing")
 	}
 	sess := t.byUUID[req.PathsUUID]
+	var path *ServerPath
+	if sess != nil {
+		for _, p := range sess.paths {
+			if p.sessUUID == req.SessUUID {
+				path = p
+				break
+			}
+		}
+	}
+	var key *Key // the key a new path must prove
+	if path == nil {
+		// Checked before a session and its pool are made for the request.
+		var err error
+		if key, err = t.checkAuth(req, nil, src); err != nil {
+			return nil, err
+		}
+	}
 	if sess == nil {
 		if !req.FirstConn {
 			return nil, refuse(syscall.ENXIO, "no session %x and first_conn not set", req.PathsUUID)
@@ -239,18 +315,19 @@ func (t *ServerTable) Attach(req *ConnReq, src, dst netip.AddrPort, poolSize int
 	} else if sess.poolSize != poolSize {
 		return nil, refuse(syscall.ECONNRESET, "session %x has chunk pool of %d bytes, not %d", req.PathsUUID, sess.poolSize, poolSize)
 	}
-	var path *ServerPath
-	for _, p := range sess.paths {
-		if p.sessUUID == req.SessUUID {
-			path = p
-			break
-		}
-	}
 	if path != nil {
 		if path.State() != ServerPathConnecting || path.cidNum != int(req.CIDNum) || path.cids[req.CID] {
 			return nil, refuse(syscall.ECONNRESET, "path %x: cid %d of %d not expected", req.SessUUID, req.CID, req.CIDNum)
 		}
+		if _, err := t.checkAuth(req, path, src); err != nil {
+			return nil, err
+		}
 	} else {
+		if sess.authSet && sess.identity != key.name() {
+			t.dropIfEmpty(sess)
+			t.logf("auth: %v refused: path of session %x proves key %q, the session's paths %q: %v", src, req.PathsUUID, key.name(), sess.identity, syscall.EACCES)
+			return nil, refuse(syscall.EACCES, "another identity than the session's")
+		}
 		if len(sess.paths) >= MaxPathsNum {
 			t.dropIfEmpty(sess)
 			return nil, refuse(syscall.ECONNRESET, "session has %d paths", len(sess.paths))
@@ -260,7 +337,10 @@ func (t *ServerTable) Attach(req *ConnReq, src, dst netip.AddrPort, poolSize int
 				return nil, refuse(syscall.EEXIST, "another path of the session joins %v and %v", src.Addr(), dst)
 			}
 		}
-		path = &ServerPath{sess: sess, sessUUID: req.SessUUID, cidNum: int(req.CIDNum), cids: make([]bool, req.CIDNum), src: src, dst: dst}
+		path = &ServerPath{sess: sess, sessUUID: req.SessUUID, cidNum: int(req.CIDNum), cids: make([]bool, req.CIDNum), src: src, dst: dst, key: key}
+		if key != nil {
+			path.auth = PathAuth{ServerNonce: NewNonce(), Req: *req}
+		}
 		path.owner = newOwner(path)
 		sess.paths = append(sess.paths, path)
 		if sess.state == sessionLingering {
@@ -292,9 +372,23 @@ func (t *ServerTable) dropIfEmpty(sess *ServerSession) {
 // released first —, and a session keeps the name of its first path
 // (EPERM). On success p is Connected and serves requests. Errors wrap the
 // errno the kernel would answer.
-func (t *ServerTable) Establish(p *ServerPath, name string) error {
+//
+// On a path that authenticates, req must carry the client's proof (else
+// EACCES), and the session's paths must all prove the same key: the
+// first establishes the session's identity (ServerSession.Identity).
+func (t *ServerTable) Establish(p *ServerPath, req *InfoReq) error {
+	name := req.NameString()
 	if err := CheckSessName(name); err != nil {
 		return fmt.Errorf("session name: %w", syscall.EINVAL)
+	}
+	if p.key != nil {
+		p.auth.Name = name
+		p.auth.ClientNonce = req.ClientNonce
+		want := p.auth.ClientProof(p.key)
+		if !req.Auth || !proofEqual(want[:], req.Proof[:]) {
+			t.logf("auth: %v session %q refused: wrong or missing path proof for key %q: %v", p.src, name, p.key.Name, syscall.EACCES)
+			return fmt.Errorf("path proof for key %q: %w", p.key.Name, syscall.EACCES)
+		}
 	}
 	for {
 		t.mu.Lock()
@@ -319,11 +413,16 @@ func (t *ServerTable) Establish(p *ServerPath, name string) error {
 			<-other.released
 			continue
 		}
+		if sess.authSet && sess.identity != p.key.name() {
+			t.mu.Unlock()
+			return fmt.Errorf("path proves %q, the session's paths %q: %w", p.key.name(), sess.identity, syscall.EACCES)
+		}
 		if sess.name == "" {
 			// Written once: the serving paths read it without a lock
 			// (a later path's rewrite of the same name raced them).
 			sess.name = name
 		}
+		sess.identity, sess.authSet = p.key.name(), true
 		t.byName[name] = sess
 		p.deadline.Stop()
 		p.state.Store(int32(ServerPathConnected))

@@ -38,6 +38,7 @@ func (t *transport) Connect(ctx context.Context, p *session.Path) (_ session.Con
 		return nil, err
 	}
 	cidNum := cfg.CIDNum()
+	auth := rtrs.NewClientAuth(cfg.Key)
 	for cid := 0; cid < cidNum; cid++ {
 		if err := ctx.Err(); err != nil { // the session closing
 			return nil, fmt.Errorf("rtrs/rdmatr: cid %d: %w", cid, err)
@@ -90,6 +91,7 @@ func (t *transport) Connect(ctx context.Context, p *session.Path) (_ session.Con
 			pc.io = append(pc.io, cn)
 		}
 		req := p.ConnReq(cid)
+		auth.AddToConnReq(&req)
 		var b [rtrs.ConnReqSize]byte
 		req.MarshalTo(b[:])
 		if err := id.Connect(rdma.ConnParam{PrivateData: b[:], RetryCount: 7, RNRRetryCount: 7}); err != nil {
@@ -104,7 +106,7 @@ func (t *transport) Connect(ctx context.Context, p *session.Path) (_ session.Con
 		case rdma.EventEstablished:
 		case rdma.EventRejected:
 			if len(ev.PrivateData) >= rtrs.ConnRspSize && rsp.Unmarshal(ev.PrivateData) == nil && rsp.Errno < 0 {
-				return nil, fmt.Errorf("rtrs/rdmatr: cid %d refused: %w", cid, syscall.Errno(-rsp.Errno))
+				return nil, rtrs.ExplainRefusal(fmt.Errorf("rtrs/rdmatr: cid %d refused: %w", cid, syscall.Errno(-rsp.Errno)), cfg.Key)
 			}
 			return nil, fmt.Errorf("rtrs/rdmatr: cid %d rejected (status %d): %w", cid, ev.Status, syscall.ECONNRESET)
 		default:
@@ -113,23 +115,30 @@ func (t *transport) Connect(ctx context.Context, p *session.Path) (_ session.Con
 		if err := rsp.Unmarshal(ev.PrivateData); err != nil || rsp.Errno != 0 {
 			return nil, fmt.Errorf("rtrs/rdmatr: cid %d conn_rsp: %v: %w", cid, err, syscall.ECONNRESET)
 		}
+		if err := auth.CheckConnRsp(&req, &rsp); err != nil {
+			return nil, fmt.Errorf("rtrs/rdmatr: %v: %w", p.Addr().Dst, err)
+		}
 		if cid == 0 {
 			if pc.params, err = rsp.Params(); err != nil {
 				return nil, fmt.Errorf("rtrs/rdmatr: cid %d: %w", cid, err)
 			}
 		}
 	}
-	if err := pc.exchangeInfo(cfg.SessName, cfg.Timeout); err != nil {
+	if err := pc.exchangeInfo(cfg.SessName, cfg.Timeout, auth); err != nil {
 		return nil, err
 	}
 	return pc, nil
 }
 
+// infoReqSendSize is the room for the INFO_REQ sent: with the
+// authentication trailer.
+const infoReqSendSize = rtrs.InfoReqSize + rtrs.InfoReqAuthSize
+
 // exchangeInfo runs INFO_REQ/INFO_RSP on cid 0 and posts the receives.
-func (pc *pathConns) exchangeInfo(sessName string, timeout time.Duration) (err error) {
+func (pc *pathConns) exchangeInfo(sessName string, timeout time.Duration, auth *rtrs.ClientAuth) (err error) {
 	qd := pc.params.QueueDepth
 	rspLen := rtrs.InfoRspBufSize(qd)
-	if pc.info, err = mmapRegion(rtrs.InfoReqSize + rspLen); err != nil {
+	if pc.info, err = mmapRegion(infoReqSendSize + rspLen); err != nil {
 		return err
 	}
 	if pc.infoMR, err = pc.pd.RegMR(pc.info[:cap(pc.info)], rdma.AccessLocalWrite); err != nil {
@@ -137,7 +146,7 @@ func (pc *pathConns) exchangeInfo(sessName string, timeout time.Duration) (err e
 	}
 	rb := rdma.NewRecvBatch(1, 1)
 	defer rb.Free()
-	rb.Add(infoRecvID, pc.infoMR.SGE(rtrs.InfoReqSize, rspLen))
+	rb.Add(infoRecvID, pc.infoMR.SGE(infoReqSendSize, rspLen))
 	if _, err := rb.Post(pc.svc.qp); err != nil {
 		return err
 	}
@@ -145,10 +154,14 @@ func (pc *pathConns) exchangeInfo(sessName string, timeout time.Duration) (err e
 	if err := req.SetName(sessName); err != nil {
 		return err
 	}
-	req.MarshalTo(pc.info)
+	auth.AddToInfoReq(&req)
+	reqLen, err := req.MarshalTo(pc.info)
+	if err != nil {
+		return err
+	}
 	sb := rdma.NewSendBatch(1, 1)
 	defer sb.Free()
-	sb.Add(rdma.SendWR{Opcode: rdma.WRSend, Flags: rdma.SendSignaled}, pc.infoMR.SGE(0, rtrs.InfoReqSize))
+	sb.Add(rdma.SendWR{Opcode: rdma.WRSend, Flags: rdma.SendSignaled}, pc.infoMR.SGE(0, reqLen))
 	if _, err := sb.Post(pc.svc.qp); err != nil {
 		return err
 	}
@@ -165,8 +178,11 @@ func (pc *pathConns) exchangeInfo(sessName string, timeout time.Duration) (err e
 			}
 			if wc.WRID == infoRecvID {
 				var rsp rtrs.InfoRsp
-				if err := rsp.Unmarshal(pc.info[rtrs.InfoReqSize : rtrs.InfoReqSize+int(wc.ByteLen)]); err != nil {
+				if err := rsp.Unmarshal(pc.info[infoReqSendSize : infoReqSendSize+int(wc.ByteLen)]); err != nil {
 					return err
+				}
+				if err := auth.CheckInfoRsp(&rsp); err != nil {
+					return fmt.Errorf("rtrs/rdmatr: %w", err)
 				}
 				if pc.chunks, err = rsp.ChunkBufs(qd, uint32(pc.params.ChunkSize), nil); err != nil {
 					return err

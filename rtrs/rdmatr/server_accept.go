@@ -40,6 +40,10 @@ func (s *Server) cmLoop() {
 	}
 }
 
+// infoReqRecvSize is the receive for the INFO_REQ: room for its
+// authentication trailer.
+const infoReqRecvSize = rtrs.InfoReqSize + rtrs.InfoReqAuthSize
+
 func (s *Server) reject(id *rdma.CMID, errno syscall.Errno) {
 	rsp := rtrs.ConnRsp{Errno: -int16(errno)}
 	var b [rtrs.ConnRspSize]byte
@@ -105,6 +109,7 @@ func (s *Server) onConnectRequest(ev *rdma.Event) {
 	if p.fence {
 		rsp.Flags |= rtrs.FlagFence
 	}
+	core.AddAuth(&rsp, req.CID)
 	var b [rtrs.ConnRspSize]byte
 	rsp.MarshalTo(b[:])
 	if err := id.Accept(rdma.ConnParam{PrivateData: b[:], RNRRetryCount: 7}); err != nil {
@@ -195,7 +200,7 @@ func (s *Server) newServerConn(p *serverPath, id *rdma.CMID, cid uint16) (*serve
 	if cid == 0 {
 		nrecv = max(qd, rtrs.ServiceConQueueDepth) + 1
 	}
-	extra := rtrs.InfoReqSize + rtrs.InfoRspHdrSize + rtrs.SGDescSize
+	extra := infoReqRecvSize + rtrs.InfoRspHdrSize + rtrs.SGDescSize + rtrs.InfoRspAuthSize
 	c, err := newConn(id, d.pd, cid, 3*qd+2, nrecv, extra, false)
 	if err != nil {
 		return nil, err
@@ -205,7 +210,7 @@ func (s *Server) newServerConn(p *serverPath, id *rdma.CMID, cid uint16) (*serve
 		sb: rdma.NewSendBatch(serverSendBatch, 2), rb: rdma.NewRecvBatch(c.nrecv, 1)}
 	if cid == 0 {
 		// The INFO_REQ lands in the extra area.
-		err := sc.rb.Add(infoRecvID, c.rmr.SGE(c.extraOff(), rtrs.InfoReqSize))
+		err := sc.rb.Add(infoRecvID, c.rmr.SGE(c.extraOff(), infoReqRecvSize))
 		if err == nil {
 			_, err = sc.rb.Post(c.qp)
 		}

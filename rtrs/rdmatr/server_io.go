@@ -125,8 +125,8 @@ func (sc *serverConn) onInfoReq(n int) bool {
 		return false
 	}
 	name := req.NameString()
-	if err := s.tab.Establish(sc.p.core, name); err != nil {
-		s.logf("path %v: session name %q refused: %v", sc.local, name, err)
+	if err := s.tab.Establish(sc.p.core, &req); err != nil {
+		s.logf("path %v: session %q refused: %v", sc.local, name, err)
 		return false // the kernel closes the path too
 	}
 	// Heartbeats start now, as the kernel's (process_info_req): before,
@@ -142,7 +142,8 @@ func (sc *serverConn) onInfoReq(n int) bool {
 	// divides queue_depth).
 	qd, chunk := s.cfg.QueueDepth, s.cfg.ChunkSize
 	rsp := rtrs.InfoRsp{Desc: []rtrs.SGDesc{{Addr: sc.mr.Addr(), Key: sc.mr.RKey(), Len: uint32(qd * chunk)}}}
-	roff := off + rtrs.InfoReqSize
+	sc.p.core.AddProof(&rsp)
+	roff := off + infoReqRecvSize
 	k, err := rsp.MarshalTo(sc.c.rbuf[roff:])
 	if err != nil {
 		return false

@@ -35,6 +35,9 @@ type PathConfig struct {
 	// Timeout bounds the TCP connect and every handshake read and write;
 	// default rtrs.ConnectTimeout.
 	Timeout time.Duration
+	// Key, if set, authenticates the path (DialPath) and requires the
+	// server to prove the key too.
+	Key *rtrs.Key
 }
 
 // Params are the session parameters a server announced in its ConnRsp.
@@ -62,6 +65,11 @@ func (c *ClientConn) Close() error { return c.cc.nc.Close() }
 // Dial connects one connection of a path: TCP connect, ConnReq, ConnRsp.
 // A refusal by the server is returned as a *RejectError.
 func Dial(ctx context.Context, cfg *PathConfig, req *rtrs.ConnReq) (*ClientConn, Params, error) {
+	return dial(ctx, cfg, req, nil)
+}
+
+// dial is Dial with the path's authentication.
+func dial(ctx context.Context, cfg *PathConfig, req *rtrs.ConnReq, auth *rtrs.ClientAuth) (*ClientConn, Params, error) {
 	timeout := cfg.Timeout
 	if timeout <= 0 {
 		timeout = rtrs.ConnectTimeout
@@ -75,7 +83,7 @@ func Dial(ctx context.Context, cfg *PathConfig, req *rtrs.ConnReq) (*ClientConn,
 		return nil, Params{}, fmt.Errorf("rtrs/tcp: connect cid %d: %w", req.CID, err)
 	}
 	c := &ClientConn{cc: newCtrlConn(nc, frame.ToClient, timeout), cid: req.CID}
-	p, err := c.connect(ctx, req)
+	p, err := c.connect(ctx, req, auth)
 	if err != nil {
 		_ = nc.Close()
 		return nil, Params{}, err
@@ -83,7 +91,7 @@ func Dial(ctx context.Context, cfg *PathConfig, req *rtrs.ConnReq) (*ClientConn,
 	return c, p, nil
 }
 
-func (c *ClientConn) connect(ctx context.Context, req *rtrs.ConnReq) (Params, error) {
+func (c *ClientConn) connect(ctx context.Context, req *rtrs.ConnReq, auth *rtrs.ClientAuth) (Params, error) {
 	// Close the socket if ctx ends while we wait.
 	stop := context.AfterFunc(ctx, func() { _ = c.cc.nc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
@@ -108,6 +116,9 @@ func (c *ClientConn) connect(ctx context.Context, req *rtrs.ConnReq) (Params, er
 	p, err := rsp.Params()
 	if err != nil {
 		return Params{}, fmt.Errorf("rtrs/tcp: cid %d: %w", req.CID, err)
+	}
+	if err := auth.CheckConnRsp(req, &rsp); err != nil {
+		return Params{}, fmt.Errorf("rtrs/tcp: %v: %w", c.cc.nc.RemoteAddr(), err)
 	}
 	c.cc.dec.SetSession(p.Codec, nil)
 	return p, nil
@@ -153,6 +164,7 @@ func DialPath(ctx context.Context, cfg PathConfig) (*ClientPath, error) {
 		return nil, fmt.Errorf("rtrs/tcp: cid_num %d not in 1..%d: %w", cfg.CIDNum, rtrs.MaxConnsPerPath, rtrs.ErrOutOfRange)
 	}
 	p := &ClientPath{}
+	auth := rtrs.NewClientAuth(cfg.Key)
 	fail := func(err error) (*ClientPath, error) {
 		_ = p.Close()
 		return nil, err
@@ -162,9 +174,10 @@ func DialPath(ctx context.Context, cfg PathConfig) (*ClientPath, error) {
 			CID: uint16(cid), CIDNum: uint16(cfg.CIDNum), ReconCnt: cfg.ReconCnt,
 			SessUUID: cfg.SessUUID, PathsUUID: cfg.PathsUUID, FirstConn: cfg.FirstConn, Fence: cfg.Fence,
 		}
-		c, params, err := Dial(ctx, &cfg, &req)
+		auth.AddToConnReq(&req)
+		c, params, err := dial(ctx, &cfg, &req, auth)
 		if err != nil {
-			return fail(err)
+			return fail(rtrs.ExplainRefusal(err, cfg.Key))
 		}
 		p.Conns = append(p.Conns, c)
 		if cid == 0 {
@@ -173,14 +186,14 @@ func DialPath(ctx context.Context, cfg PathConfig) (*ClientPath, error) {
 			return fail(fmt.Errorf("rtrs/tcp: cid %d announced %+v, cid 0 %+v: %w", cid, params, p.Params, rtrs.ErrOutOfRange))
 		}
 	}
-	if err := p.info(ctx, cfg.SessName); err != nil {
+	if err := p.info(ctx, cfg.SessName, auth); err != nil {
 		return fail(err)
 	}
 	return p, nil
 }
 
 // info runs INFO_REQ/INFO_RSP on cid 0 and checks the chunk descriptors.
-func (p *ClientPath) info(ctx context.Context, name string) error {
+func (p *ClientPath) info(ctx context.Context, name string, auth *rtrs.ClientAuth) error {
 	cc := p.Conns[0].cc
 	stop := context.AfterFunc(ctx, func() { _ = cc.nc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
@@ -188,6 +201,7 @@ func (p *ClientPath) info(ctx context.Context, name string) error {
 	if err := req.SetName(name); err != nil {
 		return fmt.Errorf("rtrs/tcp: %w", err)
 	}
+	auth.AddToInfoReq(&req)
 	if err := cc.writeCtrl(frame.CtrlInfoReq, &req); err != nil {
 		return ctxErr(ctx, err)
 	}
@@ -198,6 +212,9 @@ func (p *ClientPath) info(ctx context.Context, name string) error {
 	var rsp rtrs.InfoRsp
 	if err := rsp.Unmarshal(b); err != nil {
 		return fmt.Errorf("rtrs/tcp: %w", err)
+	}
+	if err := auth.CheckInfoRsp(&rsp); err != nil {
+		return fmt.Errorf("rtrs/tcp: %v: %w", cc.nc.RemoteAddr(), err)
 	}
 	chunks, err := rsp.ChunkBufs(p.Params.QueueDepth, uint32(p.Params.ChunkSize), nil)
 	if err != nil {

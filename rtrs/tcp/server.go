@@ -225,6 +225,7 @@ func (s *Server) handshake(nc net.Conn) (*ServerConn, error) {
 	if req.Fence {
 		rsp.Flags |= rtrs.FlagFence
 	}
+	core.AddAuth(&rsp, req.CID)
 	if err := cc.writeCtrl(frame.CtrlConnRsp, &rsp); err != nil {
 		s.closePath(p)
 		return nil, err
@@ -250,11 +251,12 @@ func (s *Server) info(cc *ctrlConn, p *serverPath) error {
 		return err
 	}
 	name := req.NameString()
-	if err := s.tab.Establish(p.core, name); err != nil {
-		s.logf("path %v → %v: session name %q refused: %v", p.core.Src(), p.core.Dst(), name, err)
-		return fmt.Errorf("session name %q: %w", name, err)
+	if err := s.tab.Establish(p.core, &req); err != nil {
+		s.logf("path %v → %v: session %q refused: %v", p.core.Src(), p.core.Dst(), name, err)
+		return fmt.Errorf("session %q: %w", name, err)
 	}
 	rsp := rtrs.InfoRsp{Desc: []rtrs.SGDesc{{Len: uint32(s.cfg.QueueDepth * s.cfg.ChunkSize)}}}
+	p.core.AddProof(&rsp)
 	return cc.writeCtrl(frame.CtrlInfoRsp, &rsp)
 }
 
