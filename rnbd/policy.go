@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/urnbd/urnbd/rtrs"
 )
 
 // Policy says which clients may open which exports, and with what highest
@@ -18,6 +20,7 @@ import (
 //
 //	[[allow]]
 //	clients  = ["192.0.2.0/24", "2001:db8::/32"] # source address ranges; none: any
+//	keys     = ["web-*"]                         # names of the keys the session proved (patterns); none: any, with or without a key
 //	sessions = ["web*"]                          # session name patterns (path.Match); none: any
 //	exports  = ["disk*.img", "vol/*"]            # device_path patterns, as the client names it; none: any
 //	access   = "rw"                              # highest access mode: ro, rw or migration
@@ -25,7 +28,9 @@ import (
 // A rule matches a session when every path of the session comes from one
 // of its address ranges: the paths at the time of the OPEN (a path that
 // joins later must know the session's paths_uuid, which only its client
-// holds). Access modes rank ro < rw < migration.
+// holds). A rule with keys matches only a session whose paths proved one
+// of those keys (RTRS authentication, rtrs.ServerSession.Identity). Access
+// modes rank ro < rw < migration.
 //
 // %SESSNAME% confinement of the search path (ServerConfig.DevSearchPath)
 // applies on top of the policy.
@@ -35,6 +40,7 @@ type Policy struct {
 
 type policyRule struct {
 	clients  []netip.Prefix
+	keys     []string
 	sessions []string
 	exports  []string
 	access   AccessMode
@@ -44,6 +50,7 @@ type policyRule struct {
 type policyFile struct {
 	Allow []struct {
 		Clients  []string `toml:"clients"`
+		Keys     []string `toml:"keys"`
 		Sessions []string `toml:"sessions"`
 		Exports  []string `toml:"exports"`
 		Access   string   `toml:"access"`
@@ -64,11 +71,11 @@ func ParsePolicy(text []byte) (*Policy, error) {
 		for i, k := range und {
 			keys[i] = k.String()
 		}
-		return nil, fmt.Errorf("policy: unknown keys %s (want [[allow]] with clients, sessions, exports, access)", strings.Join(keys, ", "))
+		return nil, fmt.Errorf("policy: unknown keys %s (want [[allow]] with clients, keys, sessions, exports, access)", strings.Join(keys, ", "))
 	}
 	p := &Policy{}
 	for i, a := range f.Allow {
-		r := policyRule{sessions: a.Sessions, exports: a.Exports}
+		r := policyRule{keys: a.Keys, sessions: a.Sessions, exports: a.Exports}
 		for _, c := range a.Clients {
 			pfx, err := parseClientRange(c)
 			if err != nil {
@@ -76,7 +83,7 @@ func ParsePolicy(text []byte) (*Policy, error) {
 			}
 			r.clients = append(r.clients, pfx)
 		}
-		for _, pat := range append(append([]string(nil), a.Sessions...), a.Exports...) {
+		for _, pat := range append(append(append([]string(nil), a.Keys...), a.Sessions...), a.Exports...) {
 			if _, err := path.Match(pat, ""); err != nil {
 				return nil, fmt.Errorf("policy: rule %d: pattern %q: %w", i+1, pat, err)
 			}
@@ -124,14 +131,37 @@ func accessRank(m AccessMode) int {
 	return 2
 }
 
-// Allow reports whether a session named session, whose paths come from
-// addrs, may open export (its device_path) with mode; if not, the error
-// says why.
-func (p *Policy) Allow(addrs []netip.Addr, session, export string, mode AccessMode) error {
+// Peer is who asks to open an export: what a policy rule can match.
+type Peer struct {
+	// Addrs are the source addresses of the session's paths.
+	Addrs []netip.Addr
+	// Key is the name of the key the session proved, "" for none.
+	Key string
+	// Session is the session name.
+	Session string
+}
+
+// String describes the peer for log lines.
+func (p Peer) String() string {
+	key := p.Key
+	if key == "" {
+		key = "none"
+	}
+	return fmt.Sprintf("session %q from %v, key %s", p.Session, p.Addrs, key)
+}
+
+// peerOf returns the peer of a server session.
+func peerOf(rs *rtrs.ServerSession, name string) Peer {
+	return Peer{Addrs: rs.PeerAddrs(), Key: rs.Identity(), Session: name}
+}
+
+// Allow reports whether peer may open export (its device_path) with mode;
+// if not, the error says why.
+func (p *Policy) Allow(peer Peer, export string, mode AccessMode) error {
 	export = cleanExportName(export)
 	matched := false // some rule matches the client and export, but not the mode
 	for _, r := range p.rules {
-		if !r.matchClient(addrs) || !matchAny(r.sessions, session) || !matchAny(r.exports, export) {
+		if !r.matchClient(peer.Addrs) || !r.matchKey(peer.Key) || !matchAny(r.sessions, peer.Session) || !matchAny(r.exports, export) {
 			continue
 		}
 		if accessRank(mode) <= accessRank(r.access) {
@@ -143,6 +173,13 @@ func (p *Policy) Allow(addrs []netip.Addr, session, export string, mode AccessMo
 		return fmt.Errorf("access mode %s is above what the policy allows this client on %q", mode, export)
 	}
 	return fmt.Errorf("no policy rule allows this client to open %q", export)
+}
+
+func (r *policyRule) matchKey(key string) bool {
+	if len(r.keys) == 0 {
+		return true
+	}
+	return key != "" && matchAny(r.keys, key)
 }
 
 func (r *policyRule) matchClient(addrs []netip.Addr) bool {

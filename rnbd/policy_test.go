@@ -17,6 +17,11 @@ access   = "rw"
 [[allow]]
 exports = ["shared.img"]
 access  = "ro"
+
+[[allow]]
+keys    = ["ops-*"]
+exports = ["vault.img"]
+access  = "rw"
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -25,31 +30,38 @@ access  = "ro"
 	mapped := netip.MustParseAddr("::ffff:192.0.2.8")
 	for _, tc := range []struct {
 		addrs   []netip.Addr
+		key     string
 		sess    string
 		export  string
 		mode    AccessMode
 		allowed bool
 		why     string
 	}{
-		{[]netip.Addr{lan}, "web1", "web/a.img", AccessRW, true, ""},
-		{[]netip.Addr{lan, v6}, "web1", "/web/./a.img", AccessRO, true, ""},
-		{[]netip.Addr{mapped}, "web1", "web/a.img", AccessRW, true, ""},
-		{[]netip.Addr{lan}, "web1", "web/a.img", AccessMigration, false, "access mode"},
-		{[]netip.Addr{lan, other}, "web1", "web/a.img", AccessRW, false, "no policy rule"},
-		{[]netip.Addr{other}, "web1", "web/a.img", AccessRO, false, "no policy rule"},
-		{nil, "web1", "web/a.img", AccessRO, false, "no policy rule"},
-		{[]netip.Addr{lan}, "db1", "web/a.img", AccessRO, false, "no policy rule"},
-		{[]netip.Addr{lan}, "web1", "web/../etc/shadow", AccessRO, false, "no policy rule"},
-		{[]netip.Addr{other}, "anyone", "shared.img", AccessRO, true, ""},
-		{[]netip.Addr{other}, "anyone", "shared.img", AccessRW, false, "access mode"},
+		{[]netip.Addr{lan}, "", "web1", "web/a.img", AccessRW, true, ""},
+		{[]netip.Addr{lan, v6}, "", "web1", "/web/./a.img", AccessRO, true, ""},
+		{[]netip.Addr{mapped}, "", "web1", "web/a.img", AccessRW, true, ""},
+		{[]netip.Addr{lan}, "", "web1", "web/a.img", AccessMigration, false, "access mode"},
+		{[]netip.Addr{lan, other}, "", "web1", "web/a.img", AccessRW, false, "no policy rule"},
+		{[]netip.Addr{other}, "", "web1", "web/a.img", AccessRO, false, "no policy rule"},
+		{nil, "", "web1", "web/a.img", AccessRO, false, "no policy rule"},
+		{[]netip.Addr{lan}, "", "db1", "web/a.img", AccessRO, false, "no policy rule"},
+		{[]netip.Addr{lan}, "", "web1", "web/../etc/shadow", AccessRO, false, "no policy rule"},
+		{[]netip.Addr{other}, "", "anyone", "shared.img", AccessRO, true, ""},
+		{[]netip.Addr{other}, "", "anyone", "shared.img", AccessRW, false, "access mode"},
+		// A keys rule needs a session that proved a matching key.
+		{[]netip.Addr{other}, "ops-alice", "anyone", "vault.img", AccessRW, true, ""},
+		{[]netip.Addr{other}, "dev-bob", "anyone", "vault.img", AccessRO, false, "no policy rule"},
+		{[]netip.Addr{other}, "", "anyone", "vault.img", AccessRO, false, "no policy rule"},
+		{[]netip.Addr{lan}, "ops-alice", "web1", "web/a.img", AccessRW, true, ""}, // rules without keys match keyed sessions too
 	} {
-		err := p.Allow(tc.addrs, tc.sess, tc.export, tc.mode)
+		peer := Peer{Addrs: tc.addrs, Key: tc.key, Session: tc.sess}
+		err := p.Allow(peer, tc.export, tc.mode)
 		if (err == nil) != tc.allowed || (err != nil && !strings.Contains(err.Error(), tc.why)) {
-			t.Errorf("Allow(%v, %q, %q, %s) = %v, want allowed %v (%s)", tc.addrs, tc.sess, tc.export, tc.mode, err, tc.allowed, tc.why)
+			t.Errorf("Allow(%v, %q, %s) = %v, want allowed %v (%s)", peer, tc.export, tc.mode, err, tc.allowed, tc.why)
 		}
 	}
 	empty, err := ParsePolicy(nil)
-	if err != nil || empty.Allow([]netip.Addr{lan}, "web1", "web/a.img", AccessRO) == nil {
+	if err != nil || empty.Allow(Peer{Addrs: []netip.Addr{lan}, Session: "web1"}, "web/a.img", AccessRO) == nil {
 		t.Errorf("an empty policy: %v; it must allow nothing", err)
 	}
 }
@@ -62,6 +74,7 @@ func TestParsePolicyErrors(t *testing.T) {
 		"[[allow]]\nexports = [\"a\"]\n":                            "rule 1: no access",
 		"[[allow]]\naccess = \"all\"\n":                             "rule 1",
 		"[[allow]\n":                                                "policy:",
+		"[[allow]]\nkeys = [\"[\"]\naccess = \"rw\"\n":              "rule 1: pattern",
 	} {
 		if _, err := ParsePolicy([]byte(text)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("ParsePolicy(%q) = %v, want an error with %q", text, err, want)

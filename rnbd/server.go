@@ -294,9 +294,9 @@ func (s *Server) open(io *request) int {
 	name := m.DevNameString()
 	ro := m.AccessMode == AccessRO
 	if p := s.policy.Load(); p != nil {
-		addrs := io.Sess.PeerAddrs()
-		if err := p.Allow(addrs, io.Session, name, m.AccessMode); err != nil {
-			s.logf("rnbd: audit: open refused: session %q from %v, export %q, access mode %s: %v", io.Session, addrs, name, m.AccessMode, err)
+		peer := peerOf(io.Sess, io.Session)
+		if err := p.Allow(peer, name, m.AccessMode); err != nil {
+			s.logf("rnbd: audit: open refused: %v, export %q, access mode %s: %v", peer, name, m.AccessMode, err)
 			return -int(syscall.EACCES)
 		}
 	}

@@ -115,10 +115,10 @@ func (s *Server) SetPolicy(p *Policy) int {
 		return 0
 	}
 	return s.closeMappings(func(rs *rtrs.ServerSession, sess *serverSession, d *mapping) bool {
-		addrs := rs.PeerAddrs()
-		err := p.Allow(addrs, sess.name, d.name, d.mode)
+		peer := peerOf(rs, sess.name)
+		err := p.Allow(peer, d.name, d.mode)
 		if err != nil {
-			s.logf("rnbd: audit: mapping closed by the new policy: session %q from %v, export %q, access mode %s: %v", sess.name, addrs, d.name, d.mode, err)
+			s.logf("rnbd: audit: mapping closed by the new policy: %v, export %q, access mode %s: %v", peer, d.name, d.mode, err)
 		}
 		return err != nil
 	})

@@ -505,7 +505,7 @@ func TestServerPolicy(t *testing.T) {
 	if _, e := x.open("a.img", AccessRO); e != -int(syscall.EACCES) {
 		t.Errorf("OPEN by a session the policy does not name: errno %d, want -EACCES", e)
 	}
-	if !logs.has(`audit: open refused: session "other" from [127.0.0.1], export "a.img", access mode ro: no policy rule`) {
+	if !logs.has(`audit: open refused: session "other" from [127.0.0.1], key none, export "a.img", access mode ro: no policy rule`) {
 		t.Errorf("no audit line for the refusal:\n%s", logs.String())
 	}
 	// The new policy keeps a.img for sess-a and drops b.img.

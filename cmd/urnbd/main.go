@@ -42,6 +42,7 @@ func newApp() *cli.App {
 			sessionCommand(),
 			clientCommand(),
 			ublkCommand(),
+			keyCommand(),
 			versionCommand(),
 		},
 		HideHelpCommand: true,

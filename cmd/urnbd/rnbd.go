@@ -16,6 +16,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
 
+	"github.com/urnbd/urnbd/internal/keyfile"
 	"github.com/urnbd/urnbd/rnbd"
 	"github.com/urnbd/urnbd/rtrs"
 	"github.com/urnbd/urnbd/rtrs/rdmatr"
@@ -50,6 +51,8 @@ func serverCommand() *cli.Command {
 			adminSocketFlag,
 			&cli.StringFlag{Name: "metrics-listen", Usage: "serve Prometheus metrics on http://`ADDR`/metrics (e.g. 127.0.0.1:9756): per path the RTRS server families (stats/rdma, wc_completion), per session its paths and devices"},
 			&cli.StringFlag{Name: "config", Usage: "`FILE` (TOML) of [[allow]] rules: which clients (clients = address ranges, sessions = name patterns) may open which exports (exports = device_path patterns) with what highest access (ro, rw, migration); without it every client may open every export. Read again on SIGHUP; mappings the new rules refuse are closed. See rnbd.Policy"},
+			&cli.StringFlag{Name: "auth-keys", Usage: "key `FILE` (lines NAME SECRET, mode 0600; urnbd key generate writes one): every client must prove one of these keys before its paths serve (challenge-response, the key never on the wire), on TCP and RDMA; a client without one, a kernel client for one, is refused with EACCES. The key's name is the session's identity for the --config rules (keys = [...]). Read again on SIGHUP"},
+			&cli.BoolFlag{Name: "auth-optional", Usage: "with --auth-keys, take clients that prove no key too, with no identity: the --config rules decide what they may open"},
 			&cli.DurationFlag{Name: "session-linger", Value: rtrs.DefaultLinger, Usage: "how long a session whose last path went keeps its devices open for the client to reconnect; another session that claims its name ends it at once"},
 		},
 		Action:      runServer,
@@ -78,6 +81,10 @@ func runServer(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	auth, err := readServerAuth(c)
+	if err != nil {
+		return err
+	}
 	memory := map[string]uint64{}
 	for _, m := range c.StringSlice("memory") {
 		name, size, ok := strings.Cut(m, "=")
@@ -103,7 +110,7 @@ func runServer(c *cli.Context) error {
 	tab := rtrs.NewServerTable(rtrs.ServerTableConfig{
 		MaxSessions: c.Int("max-sessions"), MaxConnsPerPeer: c.Int("max-conns-per-peer"),
 		MaxHandshakes: c.Int("max-handshakes"), MaxMemory: maxMem, Linger: c.Duration("session-linger"),
-		OnRelease: srv.ReleaseSession,
+		OnRelease: srv.ReleaseSession, Auth: auth,
 	})
 	defer func() {
 		tab.Close()
@@ -141,6 +148,12 @@ func runServer(c *cli.Context) error {
 	exporting := "exporting " + search
 	if search == "" {
 		exporting = "exporting memory devices only"
+	}
+	switch {
+	case auth.Keys.Len() > 0 && auth.Required:
+		exporting += fmt.Sprintf(", clients must prove one of %d keys", auth.Keys.Len())
+	case auth.Keys.Len() > 0:
+		exporting += fmt.Sprintf(", clients may prove one of %d keys", auth.Keys.Len())
 	}
 	errs := make(chan error, 1)
 	for _, u := range c.StringSlice("listen") {
@@ -186,7 +199,11 @@ func runServer(c *cli.Context) error {
 	for {
 		select {
 		case <-hup:
+			if c.String("config") == "" && c.String("auth-keys") == "" {
+				log.Printf("urnbd server: SIGHUP: no --config or --auth-keys to read again")
+			}
 			reloadPolicy(c.String("config"), srv)
+			reloadAuth(c, tab)
 		case <-sigs:
 			log.Printf("urnbd server: stopping")
 			admin.Close()
@@ -204,7 +221,6 @@ func runServer(c *cli.Context) error {
 // apply it; a file that does not read keeps the rules in force.
 func reloadPolicy(file string, srv *rnbd.Server) {
 	if file == "" {
-		log.Printf("urnbd server: SIGHUP: no --config to read again")
 		return
 	}
 	p, err := readPolicy(file)
@@ -213,6 +229,45 @@ func reloadPolicy(file string, srv *rnbd.Server) {
 		return
 	}
 	log.Printf("urnbd server: SIGHUP: %s read again; %d mappings it refuses closed", file, srv.SetPolicy(p))
+}
+
+// readServerAuth reads --auth-keys: no file, no authentication.
+func readServerAuth(c *cli.Context) (rtrs.ServerAuth, error) {
+	file := c.String("auth-keys")
+	if file == "" {
+		if c.Bool("auth-optional") {
+			return rtrs.ServerAuth{}, badUsage(c, "--auth-optional without --auth-keys: name the key file")
+		}
+		return rtrs.ServerAuth{}, nil
+	}
+	keys, err := keyfile.Read(file)
+	if err != nil {
+		return rtrs.ServerAuth{}, fmt.Errorf("auth-keys: %w", err)
+	}
+	if len(keys) == 0 {
+		return rtrs.ServerAuth{}, fmt.Errorf("auth-keys %s: no key in it: %w", file, unix.EINVAL)
+	}
+	ring, err := rtrs.NewKeyRing(keys)
+	if err != nil {
+		return rtrs.ServerAuth{}, fmt.Errorf("auth-keys %s: %v: %w", file, err, unix.EINVAL)
+	}
+	return rtrs.ServerAuth{Keys: ring, Required: !c.Bool("auth-optional")}, nil
+}
+
+// reloadAuth reads --auth-keys again on SIGHUP: new connections prove the
+// new keys; established paths stay (the policy, read again beside it,
+// decides on their sessions).
+func reloadAuth(c *cli.Context, tab *rtrs.ServerTable) {
+	if c.String("auth-keys") == "" {
+		return
+	}
+	auth, err := readServerAuth(c)
+	if err != nil {
+		log.Printf("urnbd server: SIGHUP: %v; the keys in force stay", err)
+		return
+	}
+	tab.SetAuth(auth)
+	log.Printf("urnbd server: SIGHUP: %s read again: %d keys", c.String("auth-keys"), auth.Keys.Len())
 }
 
 // readPolicy reads the --config file; "" is no policy.
@@ -266,13 +321,14 @@ var mapStringFlags = []cli.Flag{
 	&cli.StringFlag{Name: "device-path", Usage: "`PATH` of the device on the server, relative to its --dev-search-path (device_path=)"},
 	&cli.StringFlag{Name: "access-mode", Usage: "ro, rw or migration (access_mode=)"},
 	&cli.IntFlag{Name: "dest-port", Usage: "server `PORT` of the paths (dest_port=)"},
+	&cli.StringFlag{Name: "auth-key", Usage: "key `FILE` (one line NAME SECRET, mode 0600) the session proves to the server, which must prove it back (auth_key=); see urnbd key generate"},
 }
 
 // mapStringFromFlags turns the flag form into map string tokens, placed
 // before those of the command line (so dest_port applies to --path).
 func mapStringFromFlags(c *cli.Context) []string {
 	var toks []string
-	for _, kv := range [][2]string{{"sessname", "sessname"}, {"device-path", "device_path"}, {"access-mode", "access_mode"}} {
+	for _, kv := range [][2]string{{"sessname", "sessname"}, {"device-path", "device_path"}, {"access-mode", "access_mode"}, {"auth-key", "auth_key"}} {
 		if v := c.String(kv[0]); v != "" {
 			toks = append(toks, kv[1]+"="+v)
 		}
@@ -290,7 +346,7 @@ func mapCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "map",
 		Usage:     "map a remote device as /dev/ublkbN (kernel map_device syntax)",
-		ArgsUsage: "sessname=NAME path=[ip:SRC@]ip:DST [path=...] device_path=PATH [access_mode=ro|rw|migration] [dest_port=PORT] [transport=tcp|rdma]",
+		ArgsUsage: "sessname=NAME path=[ip:SRC@]ip:DST [path=...] device_path=PATH [access_mode=ro|rw|migration] [dest_port=PORT] [transport=tcp|rdma] [auth_key=FILE]",
 		Description: "The map string is the kernel's (echo ... > /sys/class/rnbd-client/ctl/map_device), plus\n" +
 			"transport=rdma|tcp; --sessname, --path, --device-path, --access-mode and --dest-port say the same.\n" +
 			"A device of an existing session needs no path= or dest_port= (ignored, as by the kernel); its\n" +

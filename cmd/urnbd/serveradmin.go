@@ -47,7 +47,8 @@ type adminReply struct {
 type sessionEntry struct {
 	Name      string            `json:"sessname"`
 	PathsUUID string            `json:"paths_uuid"`
-	State     string            `json:"state"` // connected, lingering
+	Identity  string            `json:"identity"` // the key the session proved, "" for none
+	State     string            `json:"state"`    // connected, lingering
 	Paths     []pathEntry       `json:"paths"`
 	Devices   []sessionDevEntry `json:"devices"`
 }
@@ -170,7 +171,7 @@ func (a *serverAdmin) sessions() []sessionEntry {
 	}
 	var out []sessionEntry
 	for _, s := range a.tab.Status() {
-		e := sessionEntry{Name: s.Name, PathsUUID: fmt.Sprintf("%x", s.PathsUUID[:]), State: "connected",
+		e := sessionEntry{Name: s.Name, PathsUUID: fmt.Sprintf("%x", s.PathsUUID[:]), Identity: s.Identity, State: "connected",
 			Paths: []pathEntry{}, Devices: devs[s.Name]}
 		if s.Lingering {
 			e.State = "lingering"
@@ -385,7 +386,11 @@ func showSessions(c *cli.Context, name string) error {
 		return w.Flush()
 	}
 	s := sess[0]
-	fmt.Fprintf(w, "sessname:\t%s\nstate:\t%s\npaths_uuid:\t%s\n", s.Name, s.State, s.PathsUUID)
+	identity := s.Identity
+	if identity == "" {
+		identity = "none (not authenticated)"
+	}
+	fmt.Fprintf(w, "sessname:\t%s\nstate:\t%s\npaths_uuid:\t%s\nidentity:\t%s\n", s.Name, s.State, s.PathsUUID, identity)
 	for _, p := range s.Paths {
 		fmt.Fprintf(w, "path:\t%s %s %s %s:%d\n", p.Name, p.State, p.Transport, p.HCAName, p.HCAPort)
 	}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/urnbd/urnbd/internal/keyfile"
 	"github.com/urnbd/urnbd/rnbd"
 	"github.com/urnbd/urnbd/rtrs"
 )
@@ -27,6 +28,13 @@ func Dial(ctx context.Context, spec *MapSpec, queues, devices int) (*rnbd.Client
 		spec.Transport = DefaultTransport
 	}
 	cfg := rtrs.ClientConfig{SessName: spec.SessName, Queues: queues, Policy: rtrs.MinInflight, MaxReconnectAttempts: -1}
+	if spec.AuthKey != "" {
+		k, err := keyfile.ReadOne(spec.AuthKey)
+		if err != nil {
+			return nil, fmt.Errorf("map: auth_key: %w", err)
+		}
+		cfg.Key = k
+	}
 	for _, p := range spec.Paths {
 		cfg.Paths = append(cfg.Paths, rtrs.PathAddr{Src: p.Src, Dst: net.JoinHostPort(p.Dst, strconv.Itoa(p.Port))})
 	}
@@ -60,6 +68,10 @@ func (s *Session) Fits(spec *MapSpec, queues, devices int) error {
 	if spec.Transport != "" && spec.Transport != s.Spec.Transport {
 		return fmt.Errorf("map: session %s runs over %s, not %s; map with another sessname for %s: %w",
 			s.Spec.SessName, s.Spec.Transport, spec.Transport, spec.Transport, syscall.EINVAL)
+	}
+	if spec.AuthKey != "" && spec.AuthKey != s.Spec.AuthKey {
+		return fmt.Errorf("map: session %s proves another key than %s; map with another sessname for it: %w",
+			s.Spec.SessName, spec.AuthKey, syscall.EINVAL)
 	}
 	if queues != 0 && queues != s.Queues {
 		return fmt.Errorf("map: session %s has %d queues, not %d; map with another sessname for %d: %w",

@@ -3,6 +3,7 @@ package clientd
 import (
 	"fmt"
 	"net"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -19,6 +20,9 @@ type MapSpec struct {
 	DevicePath string    `json:"device_path"`
 	AccessMode string    `json:"access_mode"`
 	Transport  string    `json:"transport"`
+	// AuthKey is the absolute path of the session's key file (auth_key=;
+	// keyfile.ReadOne): the client proves that key to the server.
+	AuthKey string `json:"auth_key,omitempty"`
 	// Mode is AccessMode parsed (ParseMapString, CheckMode).
 	Mode rnbd.AccessMode `json:"-"`
 }
@@ -102,10 +106,16 @@ func ParseMapString(tokens []string) (*MapSpec, error) {
 					return bad("map: transport %q: want tcp or rdma", v)
 				}
 				s.Transport = v
+			case "auth_key":
+				abs, err := filepath.Abs(v)
+				if err != nil {
+					return bad("map: auth_key %q: %v", v, err)
+				}
+				s.AuthKey = abs
 			case "nr_poll_queues":
 				return bad("map: nr_poll_queues: urnbd has no poll queues")
 			default:
-				return bad("map: unknown key %q (want sessname, path, device_path, access_mode, dest_port, transport)", k)
+				return bad("map: unknown key %q (want sessname, path, device_path, access_mode, dest_port, transport, auth_key)", k)
 			}
 		}
 	}

@@ -222,6 +222,9 @@ type labEnv struct {
 	// partSize, if not 0, is the region's part size: one part per queue,
 	// registered before the queue is run (startLabParts).
 	partSize int
+	// auth, if set, is the server's authentication, and key the client's.
+	auth *rtrs.ServerAuth
+	key  *rtrs.Key
 }
 
 func startLab(t *testing.T, paths int, queues, slotsPerQueue int, hb time.Duration) *labEnv {
@@ -248,7 +251,12 @@ func startLabEnv(t *testing.T, e *labEnv, paths int, queues, slotsPerQueue int, 
 	needLab(t)
 	e.backend, e.runErr = &memBackend{mem: make([]byte, queues*slotsPerQueue*4*blockSz)}, make(chan error, queues)
 	var err error
-	e.srv, err = NewServer(ServerConfig{ServerConfig: rtrs.ServerConfig{QueueDepth: labQD, ChunkSize: labChunk, HeartbeatInterval: hb, Logf: t.Logf}, Handler: e.backend})
+	var tab *rtrs.ServerTable
+	if e.auth != nil {
+		tab = rtrs.NewServerTable(rtrs.ServerTableConfig{Logf: t.Logf, Auth: *e.auth})
+		t.Cleanup(tab.Close)
+	}
+	e.srv, err = NewServer(ServerConfig{ServerConfig: rtrs.ServerConfig{QueueDepth: labQD, ChunkSize: labChunk, HeartbeatInterval: hb, Logf: t.Logf, Sessions: tab}, Handler: e.backend})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +274,7 @@ func startLabEnv(t *testing.T, e *labEnv, paths int, queues, slotsPerQueue int, 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	e.cl, err = DialClient(ctx, ClientConfig{ClientConfig: rtrs.ClientConfig{SessName: "labsess", Paths: pa, Queues: queues, Policy: rtrs.RoundRobin,
-		ReconnectDelay: 200 * time.Millisecond, MaxReconnectAttempts: -1, HeartbeatInterval: hb, Timeout: 10 * time.Second, Logf: t.Logf},
+		ReconnectDelay: 200 * time.Millisecond, MaxReconnectAttempts: -1, HeartbeatInterval: hb, Timeout: 10 * time.Second, Logf: t.Logf, Key: e.key},
 		RegionSize: queues * slotsPerQueue * blockSz, RegionPartSize: e.partSize})
 	if err != nil {
 		t.Fatal(err)

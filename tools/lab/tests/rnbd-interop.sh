@@ -3,7 +3,10 @@
 # each with fio --verify=crc32c (0 errors required):
 #   1. the kernel's rnbd_client maps a file exported by `urnbd server`;
 #   2. `urnbd map transport=rdma` maps /dev/nullb0 from the kernel's
-#      rnbd_server (always_invalidate=Y, its default).
+#      rnbd_server (always_invalidate=Y, its default);
+#   3. a `urnbd server --auth-keys` refuses the kernel client (EACCES,
+#      with an audit line) and a urnbd client with another key, and serves
+#      a urnbd client that proves its key.
 # Needs the kernel modules built by `tools/lab/lab build-rnbd` and URNBD_BIN.
 set -euo pipefail
 here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
@@ -47,3 +50,33 @@ dev=$("$urnbd" map sessname=interop2 transport=rdma path=ip:192.0.2.1@ip:192.0.2
 verify "$dev"
 "$urnbd" unmap "$dev" >/dev/null || fail "urnbd unmap"
 say "2. PASS: fio verify through our client and the kernel server"
+
+say "3. authentication: urnbd server --auth-keys over RDMA"
+modprobe -r rnbd_server || fail "modprobe -r rnbd_server"
+rm -f /tmp/interop/*.key
+"$urnbd" key generate --out /tmp/interop/server.key lab || fail "key generate"
+cp -p /tmp/interop/server.key /tmp/interop/client.key
+"$urnbd" key generate --out /tmp/interop/other.key lab2 || fail "key generate"
+"$urnbd" server --listen rdma://192.0.2.2:1234 --dev-search-path /tmp/interop --auth-keys /tmp/interop/server.key 2>/tmp/interop-auth.log &
+srv=$!
+trap 'kill $srv 2>/dev/null || true' EXIT
+sleep 1
+if echo "sessname=interop3k path=ip:192.0.2.1,ip:192.0.2.2 device_path=disk.img" \
+    >/sys/devices/virtual/rnbd-client/ctl/map_device 2>/tmp/interop-kmap.err; then
+  fail "the kernel client mapped from a server that requires authentication"
+fi
+say "   kernel client refused: $(cat /tmp/interop-kmap.err)"
+grep -q "refused: the client does not authenticate" /tmp/interop-auth.log ||
+  fail "no audit line for the kernel client: $(tail -5 /tmp/interop-auth.log)"
+if out=$("$urnbd" map sessname=interop3w transport=rdma path=ip:192.0.2.1@ip:192.0.2.2 device_path=disk.img auth_key=/tmp/interop/other.key 2>&1); then
+  fail "a client with another key mapped: $out"
+fi
+case $out in *'refused key "lab2"'*) ;; *) fail "wrong key: no clear error: $out" ;; esac
+say "   client with another key refused: $out"
+dev=$("$urnbd" map sessname=interop3 transport=rdma path=ip:192.0.2.1@ip:192.0.2.2 device_path=disk.img auth_key=/tmp/interop/client.key) ||
+  fail "urnbd map with the key"
+verify "$dev"
+"$urnbd" unmap "$dev" >/dev/null || fail "urnbd unmap"
+kill "$srv"; wait "$srv" 2>/dev/null || true
+trap - EXIT
+say "3. PASS: kernel client and wrong key refused, fio verify with the key"
