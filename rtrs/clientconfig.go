@@ -1,6 +1,7 @@
 package rtrs
 
 import (
+	"crypto/tls"
 	"fmt"
 	"runtime"
 	"syscall"
@@ -65,6 +66,10 @@ type ClientConfig struct {
 	// Key, if set, authenticates every path with it (auth.go): a server
 	// that does not take the offer, or cannot prove the key, is refused.
 	Key *Key
+	// TLS, if set, runs every connection over TLS 1.3 (TCP only: package
+	// tcp's doc; an RDMA client refuses it, RDMA has no TLS). Without a
+	// ServerName the host of each path's address is verified.
+	TLS *tls.Config
 }
 
 // NumQueues returns the number of queues, the admin queue included.

@@ -1,6 +1,7 @@
 package rtrs
 
 import (
+	"fmt"
 	"net/netip"
 	"sync/atomic"
 	"time"
@@ -60,10 +61,10 @@ type ServerSession struct {
 	// Connected; a path's state is stored after it, so whoever saw the
 	// path Connected reads the name without a lock.
 	name string
-	// identity is the key name every path of the session proved ("" for
-	// none), fixed by the first path established (authSet).
-	identity string
-	authSet  bool
+	// id is who every path of the session is, fixed by the first path
+	// established (authSet).
+	id      identity
+	authSet bool
 	paths    []*ServerPath
 	pool     []byte
 	poolSize int
@@ -130,9 +131,19 @@ type ServerPath struct {
 	owner    PathOwner
 	deadline *time.Timer // establishment
 	// key is the key the path must prove (nil: it does not authenticate),
-	// auth what its proofs cover.
+	// auth what its proofs cover; cert is the name of the certificate its
+	// connections showed (TLS), "" for none.
 	key  *Key
 	auth PathAuth
+	cert string
+}
+
+// identity is who a path is: the key it proved and the certificate it
+// showed, by name ("" for none).
+type identity struct{ key, cert string }
+
+func (id identity) String() string {
+	return fmt.Sprintf("key %q, certificate %q", id.key, id.cert)
 }
 
 // name returns the key's name, "" for no key.
@@ -148,7 +159,15 @@ func (k *Key) name() string {
 func (s *ServerSession) Identity() string {
 	s.t.mu.Lock()
 	defer s.t.mu.Unlock()
-	return s.identity
+	return s.id.key
+}
+
+// CertName returns the name of the client certificate the session's
+// paths showed (TLS), "" for none.
+func (s *ServerSession) CertName() string {
+	s.t.mu.Lock()
+	defer s.t.mu.Unlock()
+	return s.id.cert
 }
 
 // AddAuth adds what the connection response to connection cid of p says

@@ -14,8 +14,9 @@ import (
 type ServerSessionStatus struct {
 	Name      string
 	PathsUUID UUID
-	// Identity is the key the session's paths proved, "" for none.
-	Identity string
+	// Identity is the key the session's paths proved, "" for none;
+	// CertName the client certificate they showed (TLS).
+	Identity, CertName string
 	// Lingering: no path is left, and the session waits for its client
 	// to come back until the table's linger time ends.
 	Lingering bool
@@ -63,7 +64,7 @@ func (t *ServerTable) Status() []ServerSessionStatus {
 	out := make([]ServerSessionStatus, 0, len(t.byName))
 	var owners [][]PathOwner // by session and path, as in out
 	for _, sess := range t.byName {
-		st := ServerSessionStatus{Name: sess.name, PathsUUID: sess.pathsUUID, Identity: sess.identity, Lingering: sess.state == sessionLingering}
+		st := ServerSessionStatus{Name: sess.name, PathsUUID: sess.pathsUUID, Identity: sess.id.key, CertName: sess.id.cert, Lingering: sess.state == sessionLingering}
 		var os []PathOwner
 		for _, p := range sess.paths {
 			st.Paths = append(st.Paths, ServerPathStatus{Name: ServerPathName(p.src, p.dst), SessUUID: p.sessUUID,

@@ -262,6 +262,13 @@ func refuse(errno syscall.Errno, format string, args ...any) error {
 // size), EEXIST (another path of the session joins the same addresses),
 // ENOSPC (MaxSessions), ENOMEM (MaxMemory, or mmap failed).
 func (t *ServerTable) Attach(req *ConnReq, src, dst netip.AddrPort, poolSize int, newOwner func(*ServerPath) PathOwner) (*ServerPath, error) {
+	return t.AttachCert(req, src, dst, "", poolSize, newOwner)
+}
+
+// AttachCert is Attach for a connection whose transport identified the
+// client by a certificate named cert (TLS; "" for none): every connection
+// of a path, and every path of a session, must carry the same (EACCES).
+func (t *ServerTable) AttachCert(req *ConnReq, src, dst netip.AddrPort, cert string, poolSize int, newOwner func(*ServerPath) PathOwner) (*ServerPath, error) {
 	if req.CIDNum == 0 || req.CID >= req.CIDNum || req.CIDNum > MaxConnsPerPath {
 		return nil, refuse(syscall.ECONNRESET, "cid %d of %d", req.CID, req.CIDNum)
 	}
@@ -322,10 +329,14 @@ func (t *ServerTable) Attach(req *ConnReq, src, dst netip.AddrPort, poolSize int
 		if _, err := t.checkAuth(req, path, src); err != nil {
 			return nil, err
 		}
+		if path.cert != cert {
+			t.logf("auth: %v refused: cid %d of path %x shows certificate %q, the path's cid 0 %q: %v", src, req.CID, req.SessUUID, cert, path.cert, syscall.EACCES)
+			return nil, refuse(syscall.EACCES, "another certificate than the path's")
+		}
 	} else {
-		if sess.authSet && sess.identity != key.name() {
+		if id := (identity{key.name(), cert}); sess.authSet && sess.id != id {
 			t.dropIfEmpty(sess)
-			t.logf("auth: %v refused: path of session %x proves key %q, the session's paths %q: %v", src, req.PathsUUID, key.name(), sess.identity, syscall.EACCES)
+			t.logf("auth: %v refused: path of session %x is %v, the session's paths %v: %v", src, req.PathsUUID, id, sess.id, syscall.EACCES)
 			return nil, refuse(syscall.EACCES, "another identity than the session's")
 		}
 		if len(sess.paths) >= MaxPathsNum {
@@ -337,7 +348,7 @@ func (t *ServerTable) Attach(req *ConnReq, src, dst netip.AddrPort, poolSize int
 				return nil, refuse(syscall.EEXIST, "another path of the session joins %v and %v", src.Addr(), dst)
 			}
 		}
-		path = &ServerPath{sess: sess, sessUUID: req.SessUUID, cidNum: int(req.CIDNum), cids: make([]bool, req.CIDNum), src: src, dst: dst, key: key}
+		path = &ServerPath{sess: sess, sessUUID: req.SessUUID, cidNum: int(req.CIDNum), cids: make([]bool, req.CIDNum), src: src, dst: dst, key: key, cert: cert}
 		if key != nil {
 			path.auth = PathAuth{ServerNonce: NewNonce(), Req: *req}
 		}
@@ -413,16 +424,16 @@ func (t *ServerTable) Establish(p *ServerPath, req *InfoReq) error {
 			<-other.released
 			continue
 		}
-		if sess.authSet && sess.identity != p.key.name() {
+		if id := (identity{p.key.name(), p.cert}); sess.authSet && sess.id != id {
 			t.mu.Unlock()
-			return fmt.Errorf("path proves %q, the session's paths %q: %w", p.key.name(), sess.identity, syscall.EACCES)
+			return fmt.Errorf("path is %v, the session's paths %v: %w", id, sess.id, syscall.EACCES)
 		}
 		if sess.name == "" {
 			// Written once: the serving paths read it without a lock
 			// (a later path's rewrite of the same name raced them).
 			sess.name = name
 		}
-		sess.identity, sess.authSet = p.key.name(), true
+		sess.id, sess.authSet = identity{p.key.name(), p.cert}, true
 		t.byName[name] = sess
 		p.deadline.Stop()
 		p.state.Store(int32(ServerPathConnected))

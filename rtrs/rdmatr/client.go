@@ -81,6 +81,9 @@ func DialClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rtrs/rdmatr client: %w", err)
 	}
+	if cfg.TLS != nil {
+		return nil, fmt.Errorf("rtrs/rdmatr client: TLS is for the TCP transport; over RDMA the key (RTRS authentication) is what there is: %w", syscall.EINVAL)
+	}
 	c := &Client{region: cfg.Region}
 	if c.region == nil {
 		if cfg.RegionSize <= 0 {

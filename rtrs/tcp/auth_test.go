@@ -64,10 +64,14 @@ func TestAuthKeyedSessionReadsAndWrites(t *testing.T) {
 // dialAuthPath connects one path with cidNum connections and key k.
 // Each call is a new session.
 func dialAuthPath(addr string, k *rtrs.Key, cidNum int) (*ClientPath, error) {
+	return dialPathCfg(PathConfig{Addr: addr, SessName: "p", PathsUUID: rtrs.NewNonce(), SessUUID: rtrs.NewNonce(),
+		CIDNum: cidNum, FirstConn: true, Key: k, Timeout: 2 * time.Second})
+}
+
+func dialPathCfg(cfg PathConfig) (*ClientPath, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	return DialPath(ctx, PathConfig{Addr: addr, SessName: "p", PathsUUID: rtrs.NewNonce(), SessUUID: rtrs.NewNonce(),
-		CIDNum: cidNum, FirstConn: true, Key: k, Timeout: 2 * time.Second})
+	return DialPath(ctx, cfg)
 }
 
 func TestAuthRefusedClients(t *testing.T) {

@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -38,6 +39,9 @@ type PathConfig struct {
 	// Key, if set, authenticates the path (DialPath) and requires the
 	// server to prove the key too.
 	Key *rtrs.Key
+	// TLS, if set, runs each connection over TLS 1.3 (tls.go); without a
+	// ServerName, Addr's host is verified.
+	TLS *tls.Config
 }
 
 // Params are the session parameters a server announced in its ConnRsp.
@@ -82,6 +86,17 @@ func dial(ctx context.Context, cfg *PathConfig, req *rtrs.ConnReq, auth *rtrs.Cl
 	if err != nil {
 		return nil, Params{}, fmt.Errorf("rtrs/tcp: connect cid %d: %w", req.CID, err)
 	}
+	if cfg.TLS != nil {
+		tc := cfg.TLS
+		if tc.ServerName == "" {
+			tc = tc.Clone()
+			tc.ServerName, _, _ = net.SplitHostPort(cfg.Addr)
+		}
+		if _, err := clientTLS(ctx, nc.(*net.TCPConn), tc, timeout); err != nil {
+			_ = nc.Close()
+			return nil, Params{}, fmt.Errorf("rtrs/tcp: cid %d: %w", req.CID, err)
+		}
+	}
 	c := &ClientConn{cc: newCtrlConn(nc, frame.ToClient, timeout), cid: req.CID}
 	p, err := c.connect(ctx, req, auth)
 	if err != nil {
@@ -110,6 +125,10 @@ func (c *ClientConn) connect(ctx context.Context, req *rtrs.ConnReq, auth *rtrs.
 		e := int(rsp.Errno)
 		if e > 0 { // not a kernel-style negative errno: treat like a bad reply
 			return Params{}, &RejectError{CID: req.CID, Errno: syscall.ECONNRESET}
+		}
+		if syscall.Errno(-e) == syscall.EPROTONOSUPPORT {
+			// The one refusal a urnbd server sends before any check: TLS required.
+			return Params{}, fmt.Errorf("%w (%w)", &RejectError{CID: req.CID, Errno: syscall.EPROTONOSUPPORT}, ErrTLSRequired)
 		}
 		return Params{}, &RejectError{CID: req.CID, Errno: syscall.Errno(-e)}
 	}

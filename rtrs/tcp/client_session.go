@@ -163,7 +163,7 @@ func (t *transport) Connect(ctx context.Context, p *session.Path) (session.Conn,
 	pc := PathConfig{
 		Addr: p.Addr().Dst, SessName: cfg.SessName, PathsUUID: req.PathsUUID, SessUUID: req.SessUUID,
 		CIDNum: int(req.CIDNum), FirstConn: req.FirstConn, ReconCnt: req.ReconCnt, Timeout: cfg.Timeout,
-		Fence: req.Fence, Key: cfg.Key,
+		Fence: req.Fence, Key: cfg.Key, TLS: cfg.TLS,
 	}
 	if src := p.Addr().Src; src != "" {
 		pc.LocalAddr = &net.TCPAddr{IP: net.ParseIP(src)} // CheckPath made sure it parses

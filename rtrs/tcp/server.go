@@ -2,8 +2,10 @@ package tcp
 
 import (
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"slices"
 	"strings"
@@ -24,6 +26,11 @@ type ServerConfig struct {
 	// Handler serves the IO requests; nil accepts connections but serves
 	// nothing (handshake only).
 	Handler ServerHandler
+	// TLS, if set, is required on every connection (tls.go): its
+	// certificate, and with ClientAuth and ClientCAs the clients'. Its
+	// GetConfigForClient may hand out a newer configuration (a reload).
+	// A client certificate's name (CertName) is the path's identity.
+	TLS *tls.Config
 }
 
 // Server accepts RTRS connections over TCP, groups them into sessions (by
@@ -185,10 +192,21 @@ func (s *Server) handshake(nc net.Conn) (*ServerConn, error) {
 		_, _ = nc.Read(drain[:])
 		return nil, err
 	}
+	ctrl, cs, tlsErr := s.startConn(nc)
+	if ctrl == nil {
+		slot.Close()
+		return nil, tlsErr
+	}
+	cc.nc = ctrl
 	b, err := cc.readCtrl(frame.CtrlConnReq)
 	if err != nil {
 		slot.Close()
 		return nil, err // not even a conn request frame: just close
+	}
+	if tlsErr != nil { // plaintext, and TLS required
+		slot.Close()
+		s.logf("%v: refused: a plaintext client, and this server requires TLS", src)
+		return nil, s.reject(cc, syscall.EPROTONOSUPPORT, tlsErr)
 	}
 	var req rtrs.ConnReq
 	if err := req.Unmarshal(b); err != nil {
@@ -196,7 +214,7 @@ func (s *Server) handshake(nc net.Conn) (*ServerConn, error) {
 		return nil, s.reject(cc, syscall.ECONNRESET, err)
 	}
 	c := &ServerConn{nc: nc, cid: req.CID, slot: slot}
-	core, err := s.tab.Attach(&req, src, dst, s.cfg.QueueDepth*s.cfg.ChunkSize, func(p *rtrs.ServerPath) rtrs.PathOwner {
+	core, err := s.tab.AttachCert(&req, src, dst, CertName(cs), s.cfg.QueueDepth*s.cfg.ChunkSize, func(p *rtrs.ServerPath) rtrs.PathOwner {
 		return &serverPath{s: s, core: p, conns: make([]*ServerConn, p.CIDNum())}
 	})
 	if err != nil {
@@ -238,6 +256,41 @@ func (s *Server) handshake(nc net.Conn) (*ServerConn, error) {
 	}
 	slot.HandshakeDone()
 	return c, nil
+}
+
+// startConn reads a new connection's first byte: a TLS handshake record
+// starts TLS (required when the server has TLS: the returned error is
+// then ErrTLSRequired, with the connection to read the ConnReq from); the
+// returned connection is the one to read control frames from, nil when
+// nc is to be closed.
+func (s *Server) startConn(nc net.Conn) (net.Conn, *tls.ConnectionState, error) {
+	_ = nc.SetReadDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
+	var b [1]byte
+	if _, err := io.ReadFull(nc, b[:]); err != nil {
+		return nil, nil, fmt.Errorf("first byte: %w", err)
+	}
+	_ = nc.SetReadDeadline(time.Time{})
+	if b[0] != tlsRecordHandshake {
+		pc := &prefixConn{Conn: nc, b: b, has: true}
+		if s.cfg.TLS != nil {
+			return pc, nil, ErrTLSRequired
+		}
+		return pc, nil, nil
+	}
+	if s.cfg.TLS == nil {
+		s.logf("%v: closed: a TLS client, and this server has no TLS certificate", nc.RemoteAddr())
+		return nil, nil, fmt.Errorf("a TLS client, and no TLS here: %w", syscall.EPROTONOSUPPORT)
+	}
+	tc, ok := nc.(*net.TCPConn)
+	if !ok {
+		return nil, nil, fmt.Errorf("TLS on %T: kTLS needs a TCP connection: %w", nc, syscall.EPROTONOSUPPORT)
+	}
+	cs, err := serverTLS(tc, b[0], s.cfg.TLS, s.cfg.HandshakeTimeout)
+	if err != nil {
+		s.logf("%v: TLS refused: %v", nc.RemoteAddr(), err)
+		return nil, nil, err
+	}
+	return nc, &cs, nil
 }
 
 // info handles INFO_REQ on cid 0 and answers INFO_RSP.

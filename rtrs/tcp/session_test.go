@@ -540,7 +540,10 @@ func (o *oneShot) onDone(_ *Request, errno int) { o.done <- errno }
 func TestSessionAllocatesNothingPerRequest(t *testing.T) {
 	b := newMemBackend(1 << 20)
 	_, addr := startIOServer(t, b, "127.0.0.1:0")
-	c := dialTest(t, rtrs.MinInflight, 1, addr)
+	checkNoAllocsPerRequest(t, dialTest(t, rtrs.MinInflight, 1, addr))
+}
+
+func checkNoAllocsPerRequest(t *testing.T, c *Client) {
 	q := c.Queue(0)
 	// Reads and writes, small (answers gathered) and large (read data
 	// written from the chunk).

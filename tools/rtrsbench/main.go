@@ -191,6 +191,10 @@ type options struct {
 	bs, memSize       int
 	depth, queues, qd int
 	chunk             int
+	// key, if set, is proved by the client to a server that requires it
+	// (sessions), to measure authentication's cost.
+	key      *rtrs.Key
+	sessions *rtrs.ServerTable
 }
 
 func main() {
@@ -204,10 +208,19 @@ func main() {
 	src := flag.String("src", "", "client source address (rdma: the address of the client's RDMA device)")
 	dst := flag.String("dst", "127.0.0.1", "server address to listen on (rdma: the address of the server's RDMA device)")
 	closeFlag := flag.Bool("close", true, "close client and server at the end (false: exit at once, the kernel frees the RDMA resources)")
+	auth := flag.Bool("auth", false, "the server requires a key, which the client proves (RTRS authentication)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the measured run to `FILE` (go tool pprof)")
 	flag.Parse()
 
 	o := options{rw: *rw, src: *src, dst: *dst, bs: parseSize(*bsFlag), memSize: parseSize(*size), depth: *depth, queues: *queues}
+	if *auth {
+		k, err := rtrs.GenerateKey("rtrsbench")
+		check(err)
+		ring, err := rtrs.NewKeyRing([]rtrs.Key{k})
+		check(err)
+		o.key = &k
+		o.sessions = rtrs.NewServerTable(rtrs.ServerTableConfig{Auth: rtrs.ServerAuth{Keys: ring, Required: true}})
+	}
 	if o.bs <= 0 || o.memSize < o.bs || o.depth < o.queues || o.queues < 1 {
 		check(fmt.Errorf("bad -bs %q, -size %q, -iodepth %d or -queues %d (iodepth must be >= queues)", *bsFlag, *size, *depth, *queues))
 	}
@@ -247,6 +260,7 @@ func main() {
 		check(err)
 		check(pprof.StartCPUProfile(f))
 	}
+	cpu0 := processCPU()
 	t0 := time.Now()
 	time.Sleep(*runtimeFlag)
 	stop.Store(true)
@@ -262,8 +276,10 @@ func main() {
 		}
 	}
 	el := time.Since(t0).Seconds()
+	cpu := processCPU() - cpu0
 	res := map[string]any{"transport": *transport, "rw": o.rw, "bs": o.bs, "iodepth": o.depth, "queues": o.queues, "seconds": el,
-		"ios": ops, "errors": errs, "iops": float64(ops) / el, "mib_s": float64(ops) * float64(o.bs) / el / (1 << 20)}
+		"ios": ops, "errors": errs, "iops": float64(ops) / el, "mib_s": float64(ops) * float64(o.bs) / el / (1 << 20),
+		"auth": o.key != nil, "cpu_us_per_io": cpu.Seconds() * 1e6 / float64(max(ops, 1))}
 	for k, v := range latencies(hist) {
 		res[k] = v
 	}
@@ -275,6 +291,14 @@ func main() {
 	if errs > 0 {
 		os.Exit(1)
 	}
+}
+
+// processCPU returns the CPU time (user and system) the process used so
+// far: client and server together.
+func processCPU() time.Duration {
+	var ru unix.Rusage
+	check(unix.Getrusage(unix.RUSAGE_SELF, &ru))
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // latencies returns the mean and percentiles (µs) of a histogram.
@@ -312,7 +336,7 @@ func latencies(hist []uint64) map[string]float64 {
 // runTCP starts the RTRS/TCP server and client on o.dst and the generators
 // on the client's queues; the returned function closes everything.
 func runTCP(o options, backend *memBackend, gens []*generator) func() {
-	srv, err := tcp.NewServer(tcp.ServerConfig{ServerConfig: rtrs.ServerConfig{QueueDepth: 512, ChunkSize: o.chunk}, Handler: backend})
+	srv, err := tcp.NewServer(tcp.ServerConfig{ServerConfig: rtrs.ServerConfig{QueueDepth: 512, ChunkSize: o.chunk, Sessions: o.sessions}, Handler: backend})
 	check(err)
 	ln, err := net.Listen("tcp", net.JoinHostPort(o.dst, "0"))
 	check(err)
@@ -323,7 +347,7 @@ func runTCP(o options, backend *memBackend, gens []*generator) func() {
 	}
 	c, err := tcp.DialClient(context.Background(), tcp.ClientConfig{
 		SessName: "rtrsbench", Paths: []tcp.PathAddr{path}, Queues: o.queues,
-		Policy: rtrs.MinInflight, MaxReconnectAttempts: -1,
+		Policy: rtrs.MinInflight, MaxReconnectAttempts: -1, Key: o.key,
 	})
 	check(err)
 	var wg sync.WaitGroup
@@ -353,7 +377,7 @@ func runTCP(o options, backend *memBackend, gens []*generator) func() {
 func runRDMA(o options, backend *memBackend, gens []*generator) func() {
 	dst, err := netip.ParseAddr(o.dst)
 	check(err)
-	srv, err := rdmatr.NewServer(rdmatr.ServerConfig{ServerConfig: rtrs.ServerConfig{QueueDepth: o.qd, ChunkSize: o.chunk, Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, "rtrsbench: server: "+f+"\n", a...) }}, Handler: rdmaBackend{backend}})
+	srv, err := rdmatr.NewServer(rdmatr.ServerConfig{ServerConfig: rtrs.ServerConfig{QueueDepth: o.qd, ChunkSize: o.chunk, Sessions: o.sessions, Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, "rtrsbench: server: "+f+"\n", a...) }}, Handler: rdmaBackend{backend}})
 	check(err)
 	addr, err := srv.Listen(netip.AddrPortFrom(dst, 0))
 	check(err)
@@ -361,7 +385,7 @@ func runRDMA(o options, backend *memBackend, gens []*generator) func() {
 	defer cancel()
 	c, err := rdmatr.DialClient(ctx, rdmatr.ClientConfig{ClientConfig: rtrs.ClientConfig{
 		SessName: "rtrsbench", Paths: []rdmatr.PathAddr{{Src: o.src, Dst: addr.String()}}, Queues: o.queues,
-		Policy: rtrs.MinInflight, MaxReconnectAttempts: -1, Timeout: 30 * time.Second,
+		Policy: rtrs.MinInflight, MaxReconnectAttempts: -1, Timeout: 30 * time.Second, Key: o.key,
 		Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, "rtrsbench: client: "+f+"\n", a...) },
 	}, RegionSize: o.depth * o.bs})
 	check(err)
