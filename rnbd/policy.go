@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/BurntSushi/toml"
@@ -21,6 +22,7 @@ import (
 //	[[allow]]
 //	clients  = ["192.0.2.0/24", "2001:db8::/32"] # source address ranges; none: any
 //	keys     = ["web-*"]                         # names of the keys the session proved (patterns); none: any, with or without a key
+//	certs    = ["web*.example.com"]              # names of the client certificates it showed over TLS (patterns); none: any
 //	sessions = ["web*"]                          # session name patterns (path.Match); none: any
 //	exports  = ["disk*.img", "vol/*"]            # device_path patterns, as the client names it; none: any
 //	access   = "rw"                              # highest access mode: ro, rw or migration
@@ -29,7 +31,10 @@ import (
 // of its address ranges: the paths at the time of the OPEN (a path that
 // joins later must know the session's paths_uuid, which only its client
 // holds). A rule with keys matches only a session whose paths proved one
-// of those keys (RTRS authentication, rtrs.ServerSession.Identity). Access
+// of those keys (RTRS authentication, rtrs.ServerSession.Identity), and a
+// rule with certs only one whose paths showed a client certificate of one
+// of those names (TLS: subject common name, else first DNS name, URI or
+// e-mail address; rtrs.ServerSession.CertName). Access
 // modes rank ro < rw < migration.
 //
 // %SESSNAME% confinement of the search path (ServerConfig.DevSearchPath)
@@ -41,6 +46,7 @@ type Policy struct {
 type policyRule struct {
 	clients  []netip.Prefix
 	keys     []string
+	certs    []string
 	sessions []string
 	exports  []string
 	access   AccessMode
@@ -51,6 +57,7 @@ type policyFile struct {
 	Allow []struct {
 		Clients  []string `toml:"clients"`
 		Keys     []string `toml:"keys"`
+		Certs    []string `toml:"certs"`
 		Sessions []string `toml:"sessions"`
 		Exports  []string `toml:"exports"`
 		Access   string   `toml:"access"`
@@ -71,11 +78,11 @@ func ParsePolicy(text []byte) (*Policy, error) {
 		for i, k := range und {
 			keys[i] = k.String()
 		}
-		return nil, fmt.Errorf("policy: unknown keys %s (want [[allow]] with clients, keys, sessions, exports, access)", strings.Join(keys, ", "))
+		return nil, fmt.Errorf("policy: unknown keys %s (want [[allow]] with clients, keys, certs, sessions, exports, access)", strings.Join(keys, ", "))
 	}
 	p := &Policy{}
 	for i, a := range f.Allow {
-		r := policyRule{keys: a.Keys, sessions: a.Sessions, exports: a.Exports}
+		r := policyRule{keys: a.Keys, certs: a.Certs, sessions: a.Sessions, exports: a.Exports}
 		for _, c := range a.Clients {
 			pfx, err := parseClientRange(c)
 			if err != nil {
@@ -83,7 +90,7 @@ func ParsePolicy(text []byte) (*Policy, error) {
 			}
 			r.clients = append(r.clients, pfx)
 		}
-		for _, pat := range append(append(append([]string(nil), a.Keys...), a.Sessions...), a.Exports...) {
+		for _, pat := range slices.Concat(a.Keys, a.Certs, a.Sessions, a.Exports) {
 			if _, err := path.Match(pat, ""); err != nil {
 				return nil, fmt.Errorf("policy: rule %d: pattern %q: %w", i+1, pat, err)
 			}
@@ -137,22 +144,28 @@ type Peer struct {
 	Addrs []netip.Addr
 	// Key is the name of the key the session proved, "" for none.
 	Key string
+	// Cert is the name of the client certificate its paths showed, ""
+	// for none.
+	Cert string
 	// Session is the session name.
 	Session string
 }
 
 // String describes the peer for log lines.
 func (p Peer) String() string {
-	key := p.Key
+	key, cert := p.Key, p.Cert
 	if key == "" {
 		key = "none"
 	}
-	return fmt.Sprintf("session %q from %v, key %s", p.Session, p.Addrs, key)
+	if cert == "" {
+		return fmt.Sprintf("session %q from %v, key %s", p.Session, p.Addrs, key)
+	}
+	return fmt.Sprintf("session %q from %v, key %s, certificate %q", p.Session, p.Addrs, key, cert)
 }
 
 // peerOf returns the peer of a server session.
 func peerOf(rs *rtrs.ServerSession, name string) Peer {
-	return Peer{Addrs: rs.PeerAddrs(), Key: rs.Identity(), Session: name}
+	return Peer{Addrs: rs.PeerAddrs(), Key: rs.Identity(), Cert: rs.CertName(), Session: name}
 }
 
 // Allow reports whether peer may open export (its device_path) with mode;
@@ -161,7 +174,7 @@ func (p *Policy) Allow(peer Peer, export string, mode AccessMode) error {
 	export = cleanExportName(export)
 	matched := false // some rule matches the client and export, but not the mode
 	for _, r := range p.rules {
-		if !r.matchClient(peer.Addrs) || !r.matchKey(peer.Key) || !matchAny(r.sessions, peer.Session) || !matchAny(r.exports, export) {
+		if !r.matchClient(peer.Addrs) || !matchNamed(r.keys, peer.Key) || !matchNamed(r.certs, peer.Cert) || !matchAny(r.sessions, peer.Session) || !matchAny(r.exports, export) {
 			continue
 		}
 		if accessRank(mode) <= accessRank(r.access) {
@@ -175,11 +188,13 @@ func (p *Policy) Allow(peer Peer, export string, mode AccessMode) error {
 	return fmt.Errorf("no policy rule allows this client to open %q", export)
 }
 
-func (r *policyRule) matchKey(key string) bool {
-	if len(r.keys) == 0 {
+// matchNamed matches an identity (a key or certificate name) against a
+// rule's patterns: none match anyone, some only a peer that has a name.
+func matchNamed(patterns []string, name string) bool {
+	if len(patterns) == 0 {
 		return true
 	}
-	return key != "" && matchAny(r.keys, key)
+	return name != "" && matchAny(patterns, name)
 }
 
 func (r *policyRule) matchClient(addrs []netip.Addr) bool {

@@ -22,6 +22,11 @@ access  = "ro"
 keys    = ["ops-*"]
 exports = ["vault.img"]
 access  = "rw"
+
+[[allow]]
+certs   = ["*.db.example"]
+exports = ["db.img"]
+access  = "rw"
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -31,30 +36,34 @@ access  = "rw"
 	for _, tc := range []struct {
 		addrs   []netip.Addr
 		key     string
+		cert    string
 		sess    string
 		export  string
 		mode    AccessMode
 		allowed bool
 		why     string
 	}{
-		{[]netip.Addr{lan}, "", "web1", "web/a.img", AccessRW, true, ""},
-		{[]netip.Addr{lan, v6}, "", "web1", "/web/./a.img", AccessRO, true, ""},
-		{[]netip.Addr{mapped}, "", "web1", "web/a.img", AccessRW, true, ""},
-		{[]netip.Addr{lan}, "", "web1", "web/a.img", AccessMigration, false, "access mode"},
-		{[]netip.Addr{lan, other}, "", "web1", "web/a.img", AccessRW, false, "no policy rule"},
-		{[]netip.Addr{other}, "", "web1", "web/a.img", AccessRO, false, "no policy rule"},
-		{nil, "", "web1", "web/a.img", AccessRO, false, "no policy rule"},
-		{[]netip.Addr{lan}, "", "db1", "web/a.img", AccessRO, false, "no policy rule"},
-		{[]netip.Addr{lan}, "", "web1", "web/../etc/shadow", AccessRO, false, "no policy rule"},
-		{[]netip.Addr{other}, "", "anyone", "shared.img", AccessRO, true, ""},
-		{[]netip.Addr{other}, "", "anyone", "shared.img", AccessRW, false, "access mode"},
+		{[]netip.Addr{lan}, "", "", "web1", "web/a.img", AccessRW, true, ""},
+		{[]netip.Addr{lan, v6}, "", "", "web1", "/web/./a.img", AccessRO, true, ""},
+		{[]netip.Addr{mapped}, "", "", "web1", "web/a.img", AccessRW, true, ""},
+		{[]netip.Addr{lan}, "", "", "web1", "web/a.img", AccessMigration, false, "access mode"},
+		{[]netip.Addr{lan, other}, "", "", "web1", "web/a.img", AccessRW, false, "no policy rule"},
+		{[]netip.Addr{other}, "", "", "web1", "web/a.img", AccessRO, false, "no policy rule"},
+		{nil, "", "", "web1", "web/a.img", AccessRO, false, "no policy rule"},
+		{[]netip.Addr{lan}, "", "", "db1", "web/a.img", AccessRO, false, "no policy rule"},
+		{[]netip.Addr{lan}, "", "", "web1", "web/../etc/shadow", AccessRO, false, "no policy rule"},
+		{[]netip.Addr{other}, "", "", "anyone", "shared.img", AccessRO, true, ""},
+		{[]netip.Addr{other}, "", "", "anyone", "shared.img", AccessRW, false, "access mode"},
 		// A keys rule needs a session that proved a matching key.
-		{[]netip.Addr{other}, "ops-alice", "anyone", "vault.img", AccessRW, true, ""},
-		{[]netip.Addr{other}, "dev-bob", "anyone", "vault.img", AccessRO, false, "no policy rule"},
-		{[]netip.Addr{other}, "", "anyone", "vault.img", AccessRO, false, "no policy rule"},
-		{[]netip.Addr{lan}, "ops-alice", "web1", "web/a.img", AccessRW, true, ""}, // rules without keys match keyed sessions too
+		{[]netip.Addr{other}, "ops-alice", "", "anyone", "vault.img", AccessRW, true, ""},
+		{[]netip.Addr{other}, "dev-bob", "", "anyone", "vault.img", AccessRO, false, "no policy rule"},
+		{[]netip.Addr{other}, "", "", "anyone", "vault.img", AccessRO, false, "no policy rule"},
+		{[]netip.Addr{lan}, "ops-alice", "", "web1", "web/a.img", AccessRW, true, ""}, // rules without keys match keyed sessions too
+		{[]netip.Addr{other}, "", "a.db.example", "s", "db.img", AccessRW, true, ""},
+		{[]netip.Addr{other}, "", "a.web.example", "s", "db.img", AccessRO, false, "no policy rule"},
+		{[]netip.Addr{other}, "a.db.example", "", "s", "db.img", AccessRO, false, "no policy rule"}, // a key is not a certificate
 	} {
-		peer := Peer{Addrs: tc.addrs, Key: tc.key, Session: tc.sess}
+		peer := Peer{Addrs: tc.addrs, Key: tc.key, Cert: tc.cert, Session: tc.sess}
 		err := p.Allow(peer, tc.export, tc.mode)
 		if (err == nil) != tc.allowed || (err != nil && !strings.Contains(err.Error(), tc.why)) {
 			t.Errorf("Allow(%v, %q, %s) = %v, want allowed %v (%s)", peer, tc.export, tc.mode, err, tc.allowed, tc.why)

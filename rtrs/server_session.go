@@ -63,8 +63,8 @@ type ServerSession struct {
 	name string
 	// id is who every path of the session is, fixed by the first path
 	// established (authSet).
-	id      identity
-	authSet bool
+	id       identity
+	authSet  bool
 	paths    []*ServerPath
 	pool     []byte
 	poolSize int

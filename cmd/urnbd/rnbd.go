@@ -52,6 +52,9 @@ func serverCommand() *cli.Command {
 			&cli.StringFlag{Name: "metrics-listen", Usage: "serve Prometheus metrics on http://`ADDR`/metrics (e.g. 127.0.0.1:9756): per path the RTRS server families (stats/rdma, wc_completion), per session its paths and devices"},
 			&cli.StringFlag{Name: "config", Usage: "`FILE` (TOML) of [[allow]] rules: which clients (clients = address ranges, sessions = name patterns) may open which exports (exports = device_path patterns) with what highest access (ro, rw, migration); without it every client may open every export. Read again on SIGHUP; mappings the new rules refuse are closed. See rnbd.Policy"},
 			&cli.StringFlag{Name: "auth-keys", Usage: "key `FILE` (lines NAME SECRET, mode 0600; urnbd key generate writes one): every client must prove one of these keys before its paths serve (challenge-response, the key never on the wire), on TCP and RDMA; a client without one, a kernel client for one, is refused with EACCES. The key's name is the session's identity for the --config rules (keys = [...]). Read again on SIGHUP"},
+			&cli.StringFlag{Name: "tls-cert", Usage: "PEM certificate `FILE` (with --tls-key): every TCP connection runs TLS 1.3 (the records in the kernel, kTLS: modprobe tls), plaintext clients are refused; read again on SIGHUP"},
+			&cli.StringFlag{Name: "tls-key", Usage: "PEM private key `FILE` of --tls-cert"},
+			&cli.StringFlag{Name: "tls-client-ca", Usage: "PEM CA bundle `FILE`: clients must show a certificate it signed (mutual TLS); its name (subject CN, else first SAN) is the session's identity for the --config rules (certs = [...])"},
 			&cli.BoolFlag{Name: "auth-optional", Usage: "with --auth-keys, take clients that prove no key too, with no identity: the --config rules decide what they may open"},
 			&cli.DurationFlag{Name: "session-linger", Value: rtrs.DefaultLinger, Usage: "how long a session whose last path went keeps its devices open for the client to reconnect; another session that claims its name ends it at once"},
 		},
@@ -82,6 +85,10 @@ func runServer(c *cli.Context) error {
 		return err
 	}
 	auth, err := readServerAuth(c)
+	if err != nil {
+		return err
+	}
+	tlsConf, err := newServerTLS(c)
 	if err != nil {
 		return err
 	}
@@ -132,7 +139,7 @@ func runServer(c *cli.Context) error {
 			return err
 		}
 	}
-	rs, err := tcp.NewServer(tcp.ServerConfig{ServerConfig: rtrs.ServerConfig{QueueDepth: c.Int("queue-depth"), ChunkSize: int(chunk), Sessions: tab}, Handler: srv})
+	rs, err := tcp.NewServer(tcp.ServerConfig{ServerConfig: rtrs.ServerConfig{QueueDepth: c.Int("queue-depth"), ChunkSize: int(chunk), Sessions: tab}, Handler: srv, TLS: tlsConf.config()})
 	if err != nil {
 		return fmt.Errorf("server parameters: %w", err)
 	}
@@ -148,6 +155,9 @@ func runServer(c *cli.Context) error {
 	exporting := "exporting " + search
 	if search == "" {
 		exporting = "exporting memory devices only"
+	}
+	if tlsConf != nil {
+		exporting += ", TCP over TLS only"
 	}
 	switch {
 	case auth.Keys.Len() > 0 && auth.Required:
@@ -199,11 +209,12 @@ func runServer(c *cli.Context) error {
 	for {
 		select {
 		case <-hup:
-			if c.String("config") == "" && c.String("auth-keys") == "" {
-				log.Printf("urnbd server: SIGHUP: no --config or --auth-keys to read again")
+			if c.String("config") == "" && c.String("auth-keys") == "" && tlsConf == nil {
+				log.Printf("urnbd server: SIGHUP: no --config, --auth-keys or --tls-cert to read again")
 			}
 			reloadPolicy(c.String("config"), srv)
 			reloadAuth(c, tab)
+			tlsConf.reload()
 		case <-sigs:
 			log.Printf("urnbd server: stopping")
 			admin.Close()
@@ -346,7 +357,7 @@ func mapCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "map",
 		Usage:     "map a remote device as /dev/ublkbN (kernel map_device syntax)",
-		ArgsUsage: "sessname=NAME path=[ip:SRC@]ip:DST [path=...] device_path=PATH [access_mode=ro|rw|migration] [dest_port=PORT] [transport=tcp|rdma] [auth_key=FILE]",
+		ArgsUsage: "sessname=NAME path=[ip:SRC@]ip:DST [path=...] device_path=PATH [access_mode=ro|rw|migration] [dest_port=PORT] [transport=tcp|rdma] [auth_key=FILE] [tls=on] [tls_ca=FILE] [tls_cert=FILE tls_key=FILE] [tls_server_name=NAME]",
 		Description: "The map string is the kernel's (echo ... > /sys/class/rnbd-client/ctl/map_device), plus\n" +
 			"transport=rdma|tcp; --sessname, --path, --device-path, --access-mode and --dest-port say the same.\n" +
 			"A device of an existing session needs no path= or dest_port= (ignored, as by the kernel); its\n" +

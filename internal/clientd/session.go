@@ -2,8 +2,11 @@ package clientd
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"syscall"
 
@@ -35,6 +38,13 @@ func Dial(ctx context.Context, spec *MapSpec, queues, devices int) (*rnbd.Client
 		}
 		cfg.Key = k
 	}
+	if spec.TLS {
+		tc, err := spec.tlsConfig()
+		if err != nil {
+			return nil, fmt.Errorf("map: %w", err)
+		}
+		cfg.TLS = tc
+	}
 	for _, p := range spec.Paths {
 		cfg.Paths = append(cfg.Paths, rtrs.PathAddr{Src: p.Src, Dst: net.JoinHostPort(p.Dst, strconv.Itoa(p.Port))})
 	}
@@ -58,6 +68,29 @@ func Dial(ctx context.Context, spec *MapSpec, queues, devices int) (*rnbd.Client
 	return c, nil
 }
 
+// tlsConfig is the client's TLS configuration of spec.
+func (spec *MapSpec) tlsConfig() (*tls.Config, error) {
+	tc := &tls.Config{MinVersion: tls.VersionTLS13, ServerName: spec.TLSServerName}
+	if spec.TLSCA != "" {
+		b, err := os.ReadFile(spec.TLSCA)
+		if err != nil {
+			return nil, fmt.Errorf("tls_ca: %w", err)
+		}
+		tc.RootCAs = x509.NewCertPool()
+		if !tc.RootCAs.AppendCertsFromPEM(b) {
+			return nil, fmt.Errorf("tls_ca %s: no PEM certificate in it: %w", spec.TLSCA, syscall.EINVAL)
+		}
+	}
+	if spec.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(spec.TLSCert, spec.TLSKey)
+		if err != nil {
+			return nil, fmt.Errorf("tls_cert %s, tls_key %s: %v: %w", spec.TLSCert, spec.TLSKey, err, syscall.EINVAL)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
+}
+
 // Fits checks a map request for another device of session s. As the
 // kernel does, it ignores the request's paths (the session's may have
 // changed since, by path add and remove); a transport, queue count or
@@ -68,6 +101,9 @@ func (s *Session) Fits(spec *MapSpec, queues, devices int) error {
 	if spec.Transport != "" && spec.Transport != s.Spec.Transport {
 		return fmt.Errorf("map: session %s runs over %s, not %s; map with another sessname for %s: %w",
 			s.Spec.SessName, s.Spec.Transport, spec.Transport, spec.Transport, syscall.EINVAL)
+	}
+	if spec.TLS && !s.Spec.TLS {
+		return fmt.Errorf("map: session %s runs without TLS; map with another sessname for a TLS session: %w", s.Spec.SessName, syscall.EINVAL)
 	}
 	if spec.AuthKey != "" && spec.AuthKey != s.Spec.AuthKey {
 		return fmt.Errorf("map: session %s proves another key than %s; map with another sessname for it: %w",

@@ -23,6 +23,15 @@ type MapSpec struct {
 	// AuthKey is the absolute path of the session's key file (auth_key=;
 	// keyfile.ReadOne): the client proves that key to the server.
 	AuthKey string `json:"auth_key,omitempty"`
+	// TLS runs a TCP session over TLS 1.3 (tls=on, or any tls_ key):
+	// TLSCA verifies the server (absolute path of a PEM bundle; none: the
+	// system's roots), TLSCert and TLSKey are the client's certificate,
+	// TLSServerName the name to verify (none: each path's address).
+	TLS           bool   `json:"tls,omitempty"`
+	TLSCA         string `json:"tls_ca,omitempty"`
+	TLSCert       string `json:"tls_cert,omitempty"`
+	TLSKey        string `json:"tls_key,omitempty"`
+	TLSServerName string `json:"tls_server_name,omitempty"`
 	// Mode is AccessMode parsed (ParseMapString, CheckMode).
 	Mode rnbd.AccessMode `json:"-"`
 }
@@ -106,16 +115,36 @@ func ParseMapString(tokens []string) (*MapSpec, error) {
 					return bad("map: transport %q: want tcp or rdma", v)
 				}
 				s.Transport = v
-			case "auth_key":
+			case "auth_key", "tls_ca", "tls_cert", "tls_key":
 				abs, err := filepath.Abs(v)
 				if err != nil {
-					return bad("map: auth_key %q: %v", v, err)
+					return bad("map: %s %q: %v", k, v, err)
 				}
-				s.AuthKey = abs
+				switch k {
+				case "auth_key":
+					s.AuthKey = abs
+				case "tls_ca":
+					s.TLSCA, s.TLS = abs, true
+				case "tls_cert":
+					s.TLSCert, s.TLS = abs, true
+				case "tls_key":
+					s.TLSKey, s.TLS = abs, true
+				}
+			case "tls":
+				switch v {
+				case "on":
+					s.TLS = true
+				case "off":
+					s.TLS = false
+				default:
+					return bad("map: tls %q: want on or off", v)
+				}
+			case "tls_server_name":
+				s.TLSServerName, s.TLS = v, true
 			case "nr_poll_queues":
 				return bad("map: nr_poll_queues: urnbd has no poll queues")
 			default:
-				return bad("map: unknown key %q (want sessname, path, device_path, access_mode, dest_port, transport, auth_key)", k)
+				return bad("map: unknown key %q (want sessname, path, device_path, access_mode, dest_port, transport, auth_key, tls, tls_ca, tls_cert, tls_key, tls_server_name)", k)
 			}
 		}
 	}
@@ -124,6 +153,12 @@ func ParseMapString(tokens []string) (*MapSpec, error) {
 		return bad("map: sessname= is missing")
 	case s.DevicePath == "":
 		return bad("map: device_path= is missing")
+	}
+	if (s.TLSCert == "") != (s.TLSKey == "") {
+		return bad("map: tls_cert and tls_key go together")
+	}
+	if s.TLS && s.Transport == "rdma" {
+		return bad("map: tls is for transport=tcp; over RDMA use auth_key")
 	}
 	// No path= is fine for a session that exists (the kernel's rule): the
 	// client daemon knows whether it does, and answers ENXIO if not.

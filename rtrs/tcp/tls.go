@@ -135,10 +135,21 @@ func installKTLS(nc *net.TCPConn, cs *tls.ConnectionState, client bool) error {
 
 // tlsConfig is cfg for one of our connections: TLS 1.3 only, no session
 // tickets (no data may wait in crypto/tls when the kernel takes over).
+// A configuration from GetConfigForClient gets the same.
 func tlsConfig(cfg *tls.Config) *tls.Config {
 	c := cfg.Clone()
 	c.MinVersion = tls.VersionTLS13
 	c.SessionTicketsDisabled = true
+	if get := c.GetConfigForClient; get != nil {
+		c.GetConfigForClient = func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+			n, err := get(h)
+			if n != nil {
+				n = n.Clone()
+				n.MinVersion, n.SessionTicketsDisabled, n.GetConfigForClient = tls.VersionTLS13, true, nil
+			}
+			return n, err
+		}
+	}
 	return c
 }
 
@@ -156,7 +167,7 @@ func clientTLS(ctx context.Context, nc *net.TCPConn, cfg *tls.Config, timeout ti
 	}
 	var b [1]byte
 	if _, err := nc.Read(b[:]); err != nil || b[0] != tlsReady {
-		return cs, fmt.Errorf("TLS with %v: no ready byte from the server over kTLS (%v): %w", nc.RemoteAddr(), err, syscall.EPROTO)
+		return cs, fmt.Errorf("TLS with %v: the server closed the connection after the handshake (%v): it refused our certificate (none, or not from its --tls-client-ca), see its log: %w", nc.RemoteAddr(), err, syscall.EACCES)
 	}
 	return cs, nil
 }

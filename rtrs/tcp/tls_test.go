@@ -1,14 +1,8 @@
 package tcp
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
-	"math/big"
 	"net"
 	"strings"
 	"syscall"
@@ -18,51 +12,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/urnbd/urnbd/internal/labtest"
+	"github.com/urnbd/urnbd/internal/tlstest"
 	"github.com/urnbd/urnbd/rtrs"
 )
-
-// testCA is a certificate authority for tests.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pool *x509.CertPool
-}
-
-func newTestCA(t testing.TB, name string) *testCA {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return &testCA{cert: cert, key: key, pool: pool}
-}
-
-// issue makes a certificate named cn, for 127.0.0.1 (server) and client
-// use.
-func (ca *testCA) issue(t testing.TB, cn string) tls.Certificate {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-}
 
 // haveKTLS reports whether this kernel has kTLS: TCP_ULP "tls" on a
 // connected loopback socket.
@@ -102,11 +54,11 @@ func needKTLS(t *testing.T) {
 
 // startTLSServer starts a memory server with TLS (the server's certificate
 // from ca; client certificates from clientCA required if not nil).
-func startTLSServer(t *testing.T, ca, clientCA *testCA) (*Server, string) {
+func startTLSServer(t *testing.T, ca, clientCA *tlstest.CA) (*Server, string) {
 	t.Helper()
-	cfg := &tls.Config{Certificates: []tls.Certificate{ca.issue(t, "server")}}
+	cfg := &tls.Config{Certificates: []tls.Certificate{ca.Issue(t, "server")}}
 	if clientCA != nil {
-		cfg.ClientCAs, cfg.ClientAuth = clientCA.pool, tls.RequireAndVerifyClientCert
+		cfg.ClientCAs, cfg.ClientAuth = clientCA.Pool, tls.RequireAndVerifyClientCert
 	}
 	srv, err := NewServer(ServerConfig{ServerConfig: rtrs.ServerConfig{QueueDepth: sessQD, ChunkSize: 64 << 10, MaxHdrSize: 4096,
 		HeartbeatInterval: 100 * time.Millisecond, MissedHeartbeats: 5, Logf: t.Logf}, Handler: newMemBackend(16 << 20), TLS: cfg})
@@ -133,7 +85,7 @@ func dialTLSPath(addr string, cfg *tls.Config) (*ClientPath, error) {
 // plaintext server, a server certificate from another CA, and (on a
 // host without kTLS) the clear error that kTLS is missing.
 func TestTLSRefusals(t *testing.T) {
-	ca, other := newTestCA(t, "ca"), newTestCA(t, "other ca")
+	ca, other := tlstest.NewCA(t, "ca"), tlstest.NewCA(t, "other ca")
 	_, addr := startTLSServer(t, ca, nil)
 
 	_, err := dialTLSPath(addr, nil)
@@ -141,16 +93,16 @@ func TestTLSRefusals(t *testing.T) {
 	if !errors.As(err, &re) || re.Errno != syscall.EPROTONOSUPPORT || !errors.Is(err, ErrTLSRequired) {
 		t.Errorf("plaintext client of a TLS server: %v; want a refusal saying TLS is required", err)
 	}
-	_, err = dialTLSPath(addr, &tls.Config{RootCAs: other.pool})
+	_, err = dialTLSPath(addr, &tls.Config{RootCAs: other.Pool})
 	if err == nil || !strings.Contains(err.Error(), "certificate signed by unknown authority") {
 		t.Errorf("server certificate from another CA: %v", err)
 	}
 	_, plain := startIOServer(t, newMemBackend(1<<20), "127.0.0.1:0")
-	if _, err = dialTLSPath(plain, &tls.Config{RootCAs: ca.pool}); err == nil || !strings.Contains(err.Error(), "does the server run with TLS") {
+	if _, err = dialTLSPath(plain, &tls.Config{RootCAs: ca.Pool}); err == nil || !strings.Contains(err.Error(), "does the server run with TLS") {
 		t.Errorf("TLS client of a plaintext server: %v", err)
 	}
 	if !haveKTLS(t) {
-		_, err = dialTLSPath(addr, &tls.Config{RootCAs: ca.pool})
+		_, err = dialTLSPath(addr, &tls.Config{RootCAs: ca.Pool})
 		if !errors.Is(err, ErrNoKTLS) {
 			t.Errorf("TLS on a kernel without kTLS: %v, want ErrNoKTLS", err)
 		}
@@ -162,10 +114,10 @@ func TestTLSRefusals(t *testing.T) {
 // certificate, or with one from another CA, does not get a path.
 func TestLabTLSSessionReadsAndWrites(t *testing.T) {
 	needKTLS(t)
-	ca, clients, other := newTestCA(t, "ca"), newTestCA(t, "client ca"), newTestCA(t, "other ca")
+	ca, clients, other := tlstest.NewCA(t, "ca"), tlstest.NewCA(t, "client ca"), tlstest.NewCA(t, "other ca")
 	srv, addr := startTLSServer(t, ca, clients)
 	cfg := testConfig(rtrs.MinInflight, 2, addr)
-	cfg.TLS = &tls.Config{RootCAs: ca.pool, Certificates: []tls.Certificate{clients.issue(t, "web1")}}
+	cfg.TLS = &tls.Config{RootCAs: ca.Pool, Certificates: []tls.Certificate{clients.Issue(t, "web1")}}
 	c := dialTestConfig(t, cfg)
 	for _, size := range []int{4096, 60 << 10} {
 		for _, v := range runVerifiers(c, 8, size, 20) {
@@ -176,8 +128,8 @@ func TestLabTLSSessionReadsAndWrites(t *testing.T) {
 		t.Fatalf("session %v, want one named by certificate web1", s)
 	}
 	for name, tc := range map[string]*tls.Config{
-		"no client certificate":       {RootCAs: ca.pool},
-		"certificate from another CA": {RootCAs: ca.pool, Certificates: []tls.Certificate{other.issue(t, "web1")}},
+		"no client certificate":       {RootCAs: ca.Pool},
+		"certificate from another CA": {RootCAs: ca.Pool, Certificates: []tls.Certificate{other.Issue(t, "web1")}},
 	} {
 		if p, err := dialTLSPath(addr, tc); err == nil {
 			p.Close()
@@ -192,9 +144,9 @@ func TestLabTLSSessionReadsAndWrites(t *testing.T) {
 // per request: the kernel encrypts and decrypts in place.
 func TestLabTLSAllocatesNothingPerRequest(t *testing.T) {
 	needKTLS(t)
-	ca := newTestCA(t, "ca")
+	ca := tlstest.NewCA(t, "ca")
 	_, addr := startTLSServer(t, ca, nil)
 	cfg := testConfig(rtrs.MinInflight, 1, addr)
-	cfg.TLS = &tls.Config{RootCAs: ca.pool}
+	cfg.TLS = &tls.Config{RootCAs: ca.Pool}
 	checkNoAllocsPerRequest(t, dialTestConfig(t, cfg))
 }

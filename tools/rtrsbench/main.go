@@ -20,6 +20,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"encoding/json"
 	"flag"
@@ -36,6 +37,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/urnbd/urnbd/internal/tlstest"
 	"github.com/urnbd/urnbd/rtrs"
 	"github.com/urnbd/urnbd/rtrs/rdmatr"
 	"github.com/urnbd/urnbd/rtrs/tcp"
@@ -195,7 +197,15 @@ type options struct {
 	// (sessions), to measure authentication's cost.
 	key      *rtrs.Key
 	sessions *rtrs.ServerTable
+	// serverTLS and clientTLS, if set, run TCP over TLS.
+	serverTLS, clientTLS *tls.Config
 }
+
+// fatal makes check's exit a tlstest.TB.
+type fatal struct{}
+
+func (fatal) Helper()           {}
+func (fatal) Fatal(args ...any) { check(fmt.Errorf("%v", fmt.Sprint(args...))) }
 
 func main() {
 	transport := flag.String("transport", "tcp", "tcp (rtrs/tcp) or rdma (rtrs/rdmatr)")
@@ -208,6 +218,7 @@ func main() {
 	src := flag.String("src", "", "client source address (rdma: the address of the client's RDMA device)")
 	dst := flag.String("dst", "127.0.0.1", "server address to listen on (rdma: the address of the server's RDMA device)")
 	closeFlag := flag.Bool("close", true, "close client and server at the end (false: exit at once, the kernel frees the RDMA resources)")
+	useTLS := flag.Bool("tls", false, "TCP over TLS 1.3 (kTLS: the kernel's tls module), with a throwaway CA")
 	auth := flag.Bool("auth", false, "the server requires a key, which the client proves (RTRS authentication)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the measured run to `FILE` (go tool pprof)")
 	flag.Parse()
@@ -220,6 +231,11 @@ func main() {
 		check(err)
 		o.key = &k
 		o.sessions = rtrs.NewServerTable(rtrs.ServerTableConfig{Auth: rtrs.ServerAuth{Keys: ring, Required: true}})
+	}
+	if *useTLS {
+		ca := tlstest.NewCA(fatal{}, "rtrsbench")
+		o.serverTLS = &tls.Config{Certificates: []tls.Certificate{ca.Issue(fatal{}, "rtrsbench")}}
+		o.clientTLS = &tls.Config{RootCAs: ca.Pool, ServerName: "127.0.0.1"}
 	}
 	if o.bs <= 0 || o.memSize < o.bs || o.depth < o.queues || o.queues < 1 {
 		check(fmt.Errorf("bad -bs %q, -size %q, -iodepth %d or -queues %d (iodepth must be >= queues)", *bsFlag, *size, *depth, *queues))
@@ -279,7 +295,7 @@ func main() {
 	cpu := processCPU() - cpu0
 	res := map[string]any{"transport": *transport, "rw": o.rw, "bs": o.bs, "iodepth": o.depth, "queues": o.queues, "seconds": el,
 		"ios": ops, "errors": errs, "iops": float64(ops) / el, "mib_s": float64(ops) * float64(o.bs) / el / (1 << 20),
-		"auth": o.key != nil, "cpu_us_per_io": cpu.Seconds() * 1e6 / float64(max(ops, 1))}
+		"auth": o.key != nil, "tls": o.clientTLS != nil, "cpu_us_per_io": cpu.Seconds() * 1e6 / float64(max(ops, 1))}
 	for k, v := range latencies(hist) {
 		res[k] = v
 	}
@@ -336,7 +352,7 @@ func latencies(hist []uint64) map[string]float64 {
 // runTCP starts the RTRS/TCP server and client on o.dst and the generators
 // on the client's queues; the returned function closes everything.
 func runTCP(o options, backend *memBackend, gens []*generator) func() {
-	srv, err := tcp.NewServer(tcp.ServerConfig{ServerConfig: rtrs.ServerConfig{QueueDepth: 512, ChunkSize: o.chunk, Sessions: o.sessions}, Handler: backend})
+	srv, err := tcp.NewServer(tcp.ServerConfig{ServerConfig: rtrs.ServerConfig{QueueDepth: 512, ChunkSize: o.chunk, Sessions: o.sessions}, Handler: backend, TLS: o.serverTLS})
 	check(err)
 	ln, err := net.Listen("tcp", net.JoinHostPort(o.dst, "0"))
 	check(err)
@@ -347,7 +363,7 @@ func runTCP(o options, backend *memBackend, gens []*generator) func() {
 	}
 	c, err := tcp.DialClient(context.Background(), tcp.ClientConfig{
 		SessName: "rtrsbench", Paths: []tcp.PathAddr{path}, Queues: o.queues,
-		Policy: rtrs.MinInflight, MaxReconnectAttempts: -1, Key: o.key,
+		Policy: rtrs.MinInflight, MaxReconnectAttempts: -1, Key: o.key, TLS: o.clientTLS,
 	})
 	check(err)
 	var wg sync.WaitGroup
