@@ -101,6 +101,13 @@
 // MaxReconnectAttempts allows (-1: always; Client.SetMaxReconnectAttempts
 // changes it at run time).
 //
+// # TLS
+//
+// With ServerConfig.TLS and ClientConfig.TLS every connection runs a TLS
+// 1.3 handshake before its ConnReq, then the kernel's TLS (kTLS) carries
+// its records, keyed from the handshake's exporter, so the data path above
+// is unchanged (tls.go).
+//
 // The server serves IO only on a path that completed session
 // establishment: an IO frame on a path still CONNECTING closes the path,
 // and one read from a path that has closed meanwhile is dropped unserved.
