@@ -47,8 +47,9 @@ type adminReply struct {
 type sessionEntry struct {
 	Name      string            `json:"sessname"`
 	PathsUUID string            `json:"paths_uuid"`
-	Identity  string            `json:"identity"` // the key the session proved, "" for none
-	State     string            `json:"state"`    // connected, lingering
+	Identity  string            `json:"identity"`    // the key the session proved, "" for none
+	CertName  string            `json:"certificate"` // the client certificate its paths showed (TLS), "" for none
+	State     string            `json:"state"`       // connected, lingering
 	Paths     []pathEntry       `json:"paths"`
 	Devices   []sessionDevEntry `json:"devices"`
 }
@@ -171,7 +172,7 @@ func (a *serverAdmin) sessions() []sessionEntry {
 	}
 	var out []sessionEntry
 	for _, s := range a.tab.Status() {
-		e := sessionEntry{Name: s.Name, PathsUUID: fmt.Sprintf("%x", s.PathsUUID[:]), Identity: s.Identity, State: "connected",
+		e := sessionEntry{Name: s.Name, PathsUUID: fmt.Sprintf("%x", s.PathsUUID[:]), Identity: s.Identity, CertName: s.CertName, State: "connected",
 			Paths: []pathEntry{}, Devices: devs[s.Name]}
 		if s.Lingering {
 			e.State = "lingering"
@@ -390,7 +391,11 @@ func showSessions(c *cli.Context, name string) error {
 	if identity == "" {
 		identity = "none (not authenticated)"
 	}
-	fmt.Fprintf(w, "sessname:\t%s\nstate:\t%s\npaths_uuid:\t%s\nidentity:\t%s\n", s.Name, s.State, s.PathsUUID, identity)
+	cert := s.CertName
+	if cert == "" {
+		cert = "none"
+	}
+	fmt.Fprintf(w, "sessname:\t%s\nstate:\t%s\npaths_uuid:\t%s\nidentity:\t%s\ncertificate:\t%s\n", s.Name, s.State, s.PathsUUID, identity, cert)
 	for _, p := range s.Paths {
 		fmt.Fprintf(w, "path:\t%s %s %s %s:%d\n", p.Name, p.State, p.Transport, p.HCAName, p.HCAPort)
 	}
