@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -56,7 +58,8 @@ func TestServerAuthKeys(t *testing.T) {
 	open.Close()
 	os.Chmod(open.Name(), 0o644)
 	port := strconv.Itoa(freeTCPPort(t))
-	base := []string{"server", "--listen", "tcp://127.0.0.1:" + port, "--memory", "m0=1M", "--admin-socket", filepath.Join(dir, "adm.sock")}
+	metrics := "127.0.0.1:" + strconv.Itoa(freeTCPPort(t))
+	base := []string{"server", "--listen", "tcp://127.0.0.1:" + port, "--memory", "m0=1M", "--admin-socket", filepath.Join(dir, "adm.sock"), "--metrics-listen", metrics}
 	if out, rc := run(append(base, "--auth-keys", open.Name())...); rc == 0 || !strings.Contains(out, "chmod 600") {
 		t.Errorf("world-readable key file: status %d, %s", rc, out)
 	}
@@ -109,7 +112,21 @@ func TestServerAuthKeys(t *testing.T) {
 	if out, rc := run("server", "session", "show", "--admin-socket", filepath.Join(dir, "adm.sock"), "alice1"); rc != 0 || !regexp.MustCompile(`identity:\s+alice\n`).MatchString(out) {
 		t.Errorf("session show: status %d\n%s", rc, out)
 	}
+	if body := httpGet(t, "http://"+metrics+"/metrics"); !strings.Contains(body, `urnbd_server_session_identity{sess="alice1",key="alice",certificate=""} 1`) {
+		t.Errorf("/metrics has no identity of session alice1:\n%s", body)
+	}
 	if !strings.Contains(log.String(), "refused: the client does not authenticate") {
 		t.Errorf("no audit line for the client without a key:\n%s", log.String())
 	}
+}
+
+func httpGet(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
 }

@@ -235,6 +235,11 @@ func (a *serverAdmin) appendPrometheus(b []byte) []byte {
 	for _, s := range st {
 		b = fmt.Appendf(b, "urnbd_server_session_devices{sess=%s} %d\n", rtrs.PromLabelValue(s.Name), devs[s.Name])
 	}
+	b = rtrs.AppendPromHeader(b, "urnbd_server_session_identity", "gauge", "1 per session: the key it proved and the client certificate it showed (\"\" for none).")
+	for _, s := range st {
+		b = fmt.Appendf(b, "urnbd_server_session_identity{sess=%s,key=%s,certificate=%s} 1\n",
+			rtrs.PromLabelValue(s.Name), rtrs.PromLabelValue(s.Identity), rtrs.PromLabelValue(s.CertName))
+	}
 	return b
 }
 
