@@ -69,17 +69,7 @@ func TestServerAuthKeys(t *testing.T) {
 
 	srv := exec.Command(bin, append(base, "--auth-keys", srvKeys)...)
 	srv.Env = append(os.Environ(), "URNBD_RUN_DIR="+dir)
-	logf, err := os.Create(filepath.Join(dir, "server.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	srv.Stderr = logf
-	log := serverLog(logf.Name())
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Process.Signal(syscall.SIGTERM); srv.Wait() })
+	log := startLoggedServer(t, srv, dir)
 	dial := func(name, keyFile string) (*rnbd.Client, error) {
 		cfg := rtrs.ClientConfig{SessName: name, Paths: []rtrs.PathAddr{{Dst: "127.0.0.1:" + port}}, MaxReconnectAttempts: 0}
 		if keyFile != "" {
@@ -94,6 +84,7 @@ func TestServerAuthKeys(t *testing.T) {
 		return rnbd.DialTCP(ctx, cfg)
 	}
 	var c *rnbd.Client
+	var err error
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		if c, err = dial("alice1", cliKey); err == nil {
 			break

@@ -280,6 +280,28 @@ func freeTCPPort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
+// startLoggedServer starts the server command srv with its standard error
+// in dir/server.log, stops it when the test ends, and waits until it
+// listens; it returns its log.
+func startLoggedServer(t *testing.T, srv *exec.Cmd, dir string) serverLog {
+	t.Helper()
+	logf, err := os.Create(filepath.Join(dir, "server.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { logf.Close() })
+	srv.Stderr = logf // a file, not a buffer: the test reads it while the server writes
+	log := serverLog(logf.Name())
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Process.Signal(syscall.SIGTERM); srv.Wait() })
+	if !labtest.WaitFor(10*time.Second, func() bool { return strings.Contains(log.String(), "listening on") }) {
+		t.Fatalf("server did not start:\n%s", log.String())
+	}
+	return log
+}
+
 // serverLog is a server's log file; String reads it as it is now.
 type serverLog string
 

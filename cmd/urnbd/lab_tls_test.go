@@ -8,7 +8,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/urnbd/urnbd/internal/labtest"
 	"github.com/urnbd/urnbd/internal/tlstest"
@@ -41,17 +40,7 @@ func TestLabCLIMapOverTLS(t *testing.T) {
 	ln.Close()
 	cmd := c.cmd("server", "--listen", "tcp://127.0.0.1:"+port, "--dev-search-path", dir, "--config", conf,
 		"--tls-cert", srvCert, "--tls-key", srvKey, "--tls-client-ca", clientCAFile)
-	logf, _ := os.Create(filepath.Join(dir, "server.log"))
-	defer logf.Close()
-	cmd.Stderr = logf
-	log := serverLog(logf.Name())
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() })
-	if !labtest.WaitFor(10*time.Second, func() bool { return strings.Contains(log.String(), "listening on") }) {
-		t.Fatalf("server did not start:\n%s", log.String())
-	}
+	log := startLoggedServer(t, cmd, dir)
 
 	mapArgs := func(sess string, extra ...string) []string {
 		return append([]string{"map", "sessname=" + sess, "dest_port=" + port, "path=ip:127.0.0.1", "device_path=a.img"}, extra...)

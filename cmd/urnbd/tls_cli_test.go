@@ -33,18 +33,8 @@ func TestServerTLSReload(t *testing.T) {
 	port := strconv.Itoa(freeTCPPort(t))
 	srv := osexec.Command(bin, "server", "--listen", "tcp://127.0.0.1:"+port, "--memory", "m0=1M",
 		"--admin-socket", filepath.Join(dir, "adm.sock"), "--tls-cert", cert, "--tls-key", key)
-	logf, _ := os.Create(filepath.Join(dir, "server.log"))
-	defer logf.Close()
 	srv.Env = append(os.Environ(), "URNBD_RUN_DIR="+dir)
-	srv.Stderr = logf
-	log := serverLog(logf.Name())
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Process.Signal(syscall.SIGTERM); srv.Wait() })
-	if !labtest.WaitFor(10*time.Second, func() bool { return strings.Contains(log.String(), "listening on") }) {
-		t.Fatalf("server did not start:\n%s", log.String())
-	}
+	log := startLoggedServer(t, srv, dir)
 	dial := func(name string, tc *tls.Config) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
