@@ -56,6 +56,10 @@ var ErrTLSRequired = fmt.Errorf("the server requires TLS: %w", syscall.EPROTONOS
 // ErrNoKTLS says the kernel has no TLS (modprobe tls).
 var ErrNoKTLS = errors.New("the kernel's TLS (kTLS) is not available: modprobe tls")
 
+// errClosedAfterHandshake says the peer closed the socket between the
+// handshake and the kernel taking over its records.
+var errClosedAfterHandshake = errors.New("connection closed after the handshake")
+
 // ktlsCipher is a TLS 1.3 suite as kTLS knows it.
 type ktlsCipher struct {
 	kind           uint16
@@ -116,6 +120,12 @@ func installKTLS(nc *net.TCPConn, cs *tls.ConnectionState, client bool) error {
 	var serr error
 	err = raw.Control(func(fd uintptr) {
 		if e := unix.SetsockoptString(int(fd), unix.SOL_TCP, unix.TCP_ULP, "tls"); e != nil {
+			if e == unix.ENOTCONN {
+				// The kernel takes the ULP only on an established
+				// socket: the peer has already closed it.
+				serr = errClosedAfterHandshake
+				return
+			}
 			serr = fmt.Errorf("%w (setsockopt TCP_ULP: %v)", ErrNoKTLS, e)
 			return
 		}
@@ -162,14 +172,23 @@ func clientTLS(ctx context.Context, nc *net.TCPConn, cfg *tls.Config, timeout ti
 		return tls.ConnectionState{}, fmt.Errorf("TLS handshake with %v: %w (does the server run with TLS?)", nc.RemoteAddr(), err)
 	}
 	cs := tc.ConnectionState()
-	if err := installKTLS(nc, &cs, true); err != nil {
+	err := installKTLS(nc, &cs, true)
+	if err == nil {
+		var b [1]byte
+		if _, rerr := nc.Read(b[:]); rerr != nil {
+			err = rerr
+		} else if b[0] != tlsReady {
+			err = fmt.Errorf("ready byte %#x", b[0])
+		} else {
+			return cs, nil
+		}
+	} else if err != errClosedAfterHandshake {
 		return cs, err
 	}
-	var b [1]byte
-	if _, err := nc.Read(b[:]); err != nil || b[0] != tlsReady {
-		return cs, fmt.Errorf("TLS with %v: the server closed the connection after the handshake (%v): it refused our certificate (none, or not from its --tls-client-ca), see its log: %w", nc.RemoteAddr(), err, syscall.EACCES)
-	}
-	return cs, nil
+	// The server checks our certificate after its side of the handshake
+	// is done: a refusal shows as a close, before or after the kernel
+	// took the socket.
+	return cs, fmt.Errorf("TLS with %v: the server closed the connection after the handshake (%v): it refused our certificate (none, or not from its --tls-client-ca), see its log: %w", nc.RemoteAddr(), err, syscall.EACCES)
 }
 
 // prefixConn is a net.Conn that returns one byte read before first.
