@@ -70,6 +70,24 @@ type ClientConfig struct {
 	// tcp's doc; an RDMA client refuses it, RDMA has no TLS). Without a
 	// ServerName the host of each path's address is verified.
 	TLS *tls.Config
+	// RenewBytes: an IO connection that has carried this many bytes in
+	// one direction makes its path reconnect (its requests fail over or
+	// wait, as on any path failure), so that TLS keys are renewed long
+	// before AES-GCM's bound (about 370 GiB per key). 0: with TLS
+	// DefaultRenewBytes, without it never.
+	RenewBytes int64
+}
+
+// DefaultRenewBytes is RenewBytes with TLS: 64 GiB.
+const DefaultRenewBytes = 64 << 30
+
+// RenewAfter returns the bytes after which a connection's path
+// reconnects, 0 for never.
+func (cfg *ClientConfig) RenewAfter() int64 {
+	if cfg.RenewBytes == 0 && cfg.TLS != nil {
+		return DefaultRenewBytes
+	}
+	return cfg.RenewBytes
 }
 
 // NumQueues returns the number of queues, the admin queue included.

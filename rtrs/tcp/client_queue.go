@@ -51,6 +51,9 @@ type qconn struct {
 	clientq.ConnState
 	q      *ClientQueue
 	fd     int
+	// rx and tx count the bytes read and written, against renew
+	// (ClientConfig.RenewAfter; 0: never).
+	rx, tx, renew int64
 	dec    *frame.Decoder
 	rbuf   []byte
 	sendq  permitRing // the requests to write, by permit, in order
@@ -222,7 +225,7 @@ func (t *queueTransport) Unfence(qc *qconn) {
 func (t *queueTransport) AttachConn(a attachMsg) {
 	qc := &qconn{ConnState: clientq.ConnState{Path: a.path, Gen: a.gen, Slot: a.path.Index()},
 		q: (*ClientQueue)(t), fd: a.fd, dec: frame.NewDecoder(frame.ToClient), rbuf: make([]byte, 256<<10),
-		sendq: newPermitRing(t.c.params.QueueDepth)}
+		sendq: newPermitRing(t.c.params.QueueDepth), renew: t.c.renewAfter}
 	qc.dec.SetSession(t.c.params.Codec, qc)
 	if old := t.core.SlotConn(uint64(qc.Slot)); old != nil {
 		t.Fail(old, "replaced")
@@ -350,6 +353,7 @@ func (t *queueTransport) FlushConn(qc *qconn) {
 			t.Fail(qc, "write failed")
 			return
 		}
+		qc.tx += int64(w)
 		for left := int(w); left > 0; {
 			f := &t.frames[qc.sendq.at(0)]
 			k := min(left, f.len-f.sent)
@@ -380,6 +384,11 @@ func (t *queueTransport) onRecv(qc *qconn, res int32) {
 		}
 		t.Fail(qc, "read failed")
 		return
+	}
+	qc.rx += int64(res)
+	if qc.renew != 0 && max(qc.rx, qc.tx) >= qc.renew {
+		// After the frames of this read: its answers complete first.
+		defer t.renew(qc)
 	}
 	frames := 0
 	defer func() { qc.Path.Stats().RecordPoll(t.core.ID, frames) }()
@@ -445,6 +454,14 @@ func (qc *qconn) Place(f *frame.Frame) ([]byte, error) {
 		return nil, fmt.Errorf("rtrs/tcp: %d bytes of read data for request %d: %w", f.Len, f.Imm.BufID, rtrs.ErrOutOfRange)
 	}
 	return r.Data[:f.Len], nil
+}
+
+// renew takes a connection that has carried its byte budget out of
+// service, so that its path reconnects with new TLS keys.
+func (t *queueTransport) renew(qc *qconn) {
+	if !qc.Dead {
+		t.Fail(qc, fmt.Sprintf("carried %d bytes in, %d out: reconnecting for new TLS keys (budget %d)", qc.rx, qc.tx, qc.renew))
+	}
 }
 
 // Fail implements clientq.Transport: it takes a connection out of

@@ -36,10 +36,11 @@ type sessionAPI = session.API
 // layer's, the same on every transport.
 type Client struct {
 	sessionAPI
-	s        *session.Session
-	params   Params            // the session's, fixed by the first connect (start)
-	queueSet *clientq.QueueSet // permits, shared by the queues
-	queues   []*ClientQueue
+	s          *session.Session
+	params     Params            // the session's, fixed by the first connect (start)
+	renewAfter int64             // ClientConfig.RenewAfter
+	queueSet   *clientq.QueueSet // permits, shared by the queues
+	queues     []*ClientQueue
 }
 
 // transport is the Client as the session layer sees it.
@@ -116,6 +117,7 @@ func (t *transport) Start(params Params) error {
 	c := (*Client)(t)
 	cfg := c.s.Config()
 	c.params = params
+	c.renewAfter = cfg.RenewAfter()
 	c.queueSet = clientq.NewQueueSet(rtrs.NewPermits(params.QueueDepth))
 	for i := 0; i < cfg.NumQueues(); i++ {
 		q, err := newClientQueue(c, i)

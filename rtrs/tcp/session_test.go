@@ -779,3 +779,24 @@ func TestSessionAddPathConcurrently(t *testing.T) {
 		t.Errorf("%d EEXIST (want %d), %d paths (want %d)", exists, len(addrs), len(c.Paths()), 1+len(addrs))
 	}
 }
+
+// A connection that carried its byte budget (ClientConfig.RenewBytes, as
+// TLS sets it for new keys) makes its path reconnect; the requests fail
+// over or wait, and the data stays right.
+func TestSessionRenewsConnectionsAfterTheirBudget(t *testing.T) {
+	_, addr := startIOServer(t, newMemBackend(16<<20), "127.0.0.1:0")
+	cfg := testConfig(rtrs.MinInflight, 2, addr)
+	cfg.RenewBytes = 1 << 20
+	c := dialTestConfig(t, cfg)
+	before := c.Paths()[0].Stats.Snapshot().ReconnectsOK
+	for _, v := range runVerifiers(c, 8, 16<<10, 40) {
+		v.Wait(t, 60*time.Second)
+	}
+	// 2 queues × 8 slots × 40 rounds × 16 KiB written and read: about
+	// 20 MiB each way, so each connection passed 1 MiB several times.
+	if n := c.Paths()[0].Stats.Snapshot().ReconnectsOK - before; n < 3 {
+		t.Errorf("%d reconnects for new keys, want several", n)
+	} else {
+		t.Logf("%d reconnects for new keys", n)
+	}
+}

@@ -118,11 +118,15 @@ func TestLabTLSSessionReadsAndWrites(t *testing.T) {
 	srv, addr := startTLSServer(t, ca, clients)
 	cfg := testConfig(rtrs.MinInflight, 2, addr)
 	cfg.TLS = &tls.Config{RootCAs: ca.Pool, Certificates: []tls.Certificate{clients.Issue(t, "web1")}}
+	cfg.RenewBytes = 2 << 20 // new keys (a new TLS connection) every 2 MiB
 	c := dialTestConfig(t, cfg)
 	for _, size := range []int{4096, 60 << 10} {
 		for _, v := range runVerifiers(c, 8, size, 20) {
 			v.Wait(t, 30*time.Second)
 		}
+	}
+	if n := c.Paths()[0].Stats.Snapshot().ReconnectsOK; n < 3 {
+		t.Errorf("%d connects over the run, want new ones for new keys every 2 MiB", n)
 	}
 	if s := srv.Sessions().Lookup("test"); s == nil || s.CertName() != "web1" {
 		t.Fatalf("session %v, want one named by certificate web1", s)
