@@ -196,7 +196,10 @@ func DialPath(ctx context.Context, cfg PathConfig) (*ClientPath, error) {
 		auth.AddToConnReq(&req)
 		c, params, err := dial(ctx, &cfg, &req, auth)
 		if err != nil {
-			return fail(rtrs.ExplainRefusal(err, cfg.Key))
+			if !errors.Is(err, ErrCertRefused) {
+				err = rtrs.ExplainRefusal(err, cfg.Key)
+			}
+			return fail(err)
 		}
 		p.Conns = append(p.Conns, c)
 		if cid == 0 {

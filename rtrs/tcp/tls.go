@@ -56,6 +56,10 @@ var ErrTLSRequired = fmt.Errorf("the server requires TLS: %w", syscall.EPROTONOS
 // ErrNoKTLS says the kernel has no TLS (modprobe tls).
 var ErrNoKTLS = errors.New("the kernel's TLS (kTLS) is not available: modprobe tls")
 
+// ErrCertRefused says the server closed the connection after the TLS
+// handshake, as a server does that refuses the client's certificate.
+var ErrCertRefused = errors.New("it refused our certificate")
+
 // errClosedAfterHandshake says the peer closed the socket between the
 // handshake and the kernel taking over its records.
 var errClosedAfterHandshake = errors.New("connection closed after the handshake")
@@ -188,7 +192,7 @@ func clientTLS(ctx context.Context, nc *net.TCPConn, cfg *tls.Config, timeout ti
 	// The server checks our certificate after its side of the handshake
 	// is done: a refusal shows as a close, before or after the kernel
 	// took the socket.
-	return cs, fmt.Errorf("TLS with %v: the server closed the connection after the handshake (%v): it refused our certificate (none, or not from its --tls-client-ca), see its log: %w", nc.RemoteAddr(), err, syscall.EACCES)
+	return cs, fmt.Errorf("TLS with %v: the server closed the connection after the handshake (%v): %w (none, or not from its --tls-client-ca; see its log): %w", nc.RemoteAddr(), err, ErrCertRefused, syscall.EACCES)
 }
 
 // prefixConn is a net.Conn that returns one byte read before first.
