@@ -65,10 +65,23 @@ fuzz_short() { # every Fuzz target, 50000 inputs each (or URNBD_FUZZTIME)
   done
 }
 
+deb_check() { # the Debian package builds, passes lintian, installs, purges
+  local deb
+  rm -f .cache/deb/urnbd_*.deb
+  deb=$(GO=$GO tools/deb/build.sh | tail -1)
+  tools/deb/check.sh "$deb"
+}
+
 lab_build() {
   mkdir -p .cache/lab/bin
   rm -f .cache/lab/bin/*.test .cache/lab/bin/tests.txt
-  go build -o .cache/lab/bin/urnbd ./cmd/urnbd
+  # The lab runs the binary of the Debian package: what users install.
+  local deb x
+  deb=$(GO=$GO tools/deb/build.sh | tail -1)
+  x=$(mktemp -d)
+  dpkg-deb -x "$deb" "$x"
+  cp "$x/usr/bin/urnbd" .cache/lab/bin/urnbd
+  rm -rf "$x"
   rm -f .cache/lab/bin/tests.txt.tmp
   local pkg dir rel name
   for pkg in $(go list ./...); do
@@ -108,6 +121,7 @@ if [ "$what" = all ] || [ "$what" = host ]; then
   step "go test (host, memory returned)" go test -count=1 -run '^TestHostileSessionsReturnMemory$' ./rtrs/tcp
   step "fuzz (short)" fuzz_short
   step "vagrant validate" tools/lab/validate-vagrant.sh
+  step "Debian package (lintian, install, check, purge)" deb_check
 fi
 if [ "$what" = all ] || [ "$what" = lab ]; then
   step "build lab binaries" lab_build

@@ -44,6 +44,7 @@ func newApp() *cli.App {
 			ublkCommand(),
 			keyCommand(),
 			versionCommand(),
+			gendocsCommand(),
 		},
 		HideHelpCommand: true,
 		Version:         buildInfo().Version,

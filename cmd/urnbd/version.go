@@ -46,6 +46,11 @@ func buildVersion() versionInfo {
 	return v
 }
 
+// releaseVersion and releaseCommit, when set at link time (-X; the
+// package build does), name the build where the module's build
+// information cannot: a build from a tarball, or with -buildvcs=false.
+var releaseVersion, releaseCommit string
+
 // buildInfo is versionInfo without the kernel's part.
 func buildInfo() versionInfo {
 	v := versionInfo{Version: "devel", Go: runtime.Version(),
@@ -67,6 +72,12 @@ func buildInfo() versionInfo {
 			}
 		}
 	}
+	if releaseVersion != "" {
+		v.Version = releaseVersion
+	}
+	if releaseCommit != "" && v.Commit == "" {
+		v.Commit = releaseCommit
+	}
 	return v
 }
 
@@ -74,7 +85,10 @@ func (v versionInfo) text() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "urnbd %s", v.Version)
 	if v.Commit != "" {
-		fmt.Fprintf(&b, " (commit %s %s", v.Commit, v.CommitTime)
+		fmt.Fprintf(&b, " (commit %s", v.Commit)
+		if v.CommitTime != "" {
+			fmt.Fprintf(&b, " %s", v.CommitTime)
+		}
 		if v.Modified {
 			b.WriteString(", modified")
 		}
