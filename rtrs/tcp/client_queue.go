@@ -49,18 +49,18 @@ type attachMsg struct {
 // qconn is a queue's IO connection on one path.
 type qconn struct {
 	clientq.ConnState
-	q      *ClientQueue
-	fd     int
+	q  *ClientQueue
+	fd int
 	// rx and tx count the bytes read and written, against renew
 	// (ClientConfig.RenewAfter; 0: never).
 	rx, tx, renew int64
-	dec    *frame.Decoder
-	rbuf   []byte
-	sendq  permitRing // the requests to write, by permit, in order
-	iov    [64]unix.Iovec
-	recvOn bool // a RECV is in the ring
-	direct bool // that RECV reads into the payload of a frame, not rbuf
-	large  bool // the last frame had a large payload: see armRecv
+	dec           *frame.Decoder
+	rbuf          []byte
+	sendq         permitRing // the requests to write, by permit, in order
+	iov           [64]unix.Iovec
+	recvOn        bool // a RECV is in the ring
+	direct        bool // that RECV reads into the payload of a frame, not rbuf
+	large         bool // the last frame had a large payload: see armRecv
 	// failOver: the connection failed while a direct RECV was in the ring;
 	// its requests fail over when that RECV ends, not before, or the
 	// kernel could still copy stale data into a buffer already reused.
