@@ -182,18 +182,19 @@ measured() {
     pf[$d]=$!
   done
   sleep 0.5 # perf attached
-  i0=$(dev_ios "$dev"); c0=$(vm_busy_us)
+  i0=$(dev_ios "$dev"); c0=$(vm_busy_us); t0=$(date +%s.%N)
   v=$(fio_iops "$dev" "$rw" "$bs") || v=failed
-  i1=$(dev_ios "$dev"); c1=$(vm_busy_us)
+  i1=$(dev_ios "$dev"); c1=$(vm_busy_us); t1=$(date +%s.%N)
   for d in "${!pf[@]}"; do perf_stop "${pf[$d]}"; done
   ios=$((i1 - i0))
   {
     printf '%s %s %s %s ios=%d vm_us/io=%s' "$name" "$rw" "$bs" "$v" "$ios" "$(python3 -c "print(f'{$((c1 - c0)) / max($ios, 1):.1f}')")"
     for d in client server; do
       [[ -n ${pf[$d]:-} ]] || continue
-      python3 - "$d" "$ios" "$LAB_OUT/perf-$d.txt" "${by_name[@]}" <<'PY'
+      python3 - "$d" "$ios" "$LAB_OUT/perf-$d.txt" "$t0" "$t1" "${by_name[@]}" <<'PY'
 import sys
-d, ios, path, names = sys.argv[1], max(int(sys.argv[2]), 1), sys.argv[3], sys.argv[4:]
+d, ios, path, names = sys.argv[1], max(int(sys.argv[2]), 1), sys.argv[3], sys.argv[6:]
+secs = max(float(sys.argv[5]) - float(sys.argv[4]), 1e-3)
 counts = {}
 for line in open(path):
     f = line.strip().split(",")
@@ -205,8 +206,12 @@ def per(event, k=1):
     return "n/a" if x is None else f"{x * k / ios:.2f}"
 calls = ",".join(f"{n}={per('syscalls:sys_enter_' + n)}" for n in names
                  if counts.get("syscalls:sys_enter_" + n))
+# Calls per second beside calls per I/O: the Go runtime's fixed costs
+# (sysmon, scheduler hand-offs) show as a rate that does not follow IOPS.
+rate = counts.get("raw_syscalls:sys_enter")
+rate = "n/a" if rate is None else f"{rate / secs:.0f}"
 print(f" {d}:us/io={per('task-clock', 1000)},cs/io={per('context-switches')},"
-      f"sys/io={per('raw_syscalls:sys_enter')}[{calls}]", end="")
+      f"sys/io={per('raw_syscalls:sys_enter')}[{calls}],sys/s={rate}", end="")
 PY
     done
     echo
@@ -271,7 +276,7 @@ print(" ".join(f"{int(x) / int(y):.2f}" if x.isdigit() and y.isdigit() else "n/a
       "${R[$n,rr]:-}" "${R[$n,rw]:-}" "${R[$n,sr]:-}" "${R[kernel-kernel,rr]:-}" "${R[kernel-kernel,rw]:-}" "${R[kernel-kernel,sr]:-}")"
   done
   if [[ -s $costs ]]; then
-    echo "costs per I/O (last round): CPU µs of the whole VM, and per urnbd daemon its CPU µs, context switches and system calls"
+    echo "costs per I/O (last round): CPU µs of the whole VM, and per urnbd daemon its CPU µs, context switches and system calls (per I/O, and sys/s per second)"
     awk '{k = $1" "$2" "$3; line[k] = $0} END {for (k in line) print line[k]}' "$costs" | sort
   fi
 } | tee "$out"
