@@ -16,6 +16,16 @@ export URNBD_RUN_DIR=/run/urnbd-interop
 say() { printf 'rnbd-interop: %s\n' "$*"; }
 fail() { printf 'rnbd-interop: FAIL: %s\n' "$*" >&2; dmesg | grep -iE 'rtrs|rnbd' | tail -20 >&2; exit 1; }
 
+listening() { # listening PID LOG: wait until the server says it listens
+  local _
+  for _ in $(seq 100); do
+    grep -q "listening on" "$2" 2>/dev/null && return 0
+    kill -0 "$1" 2>/dev/null || fail "urnbd server exited: $(tail -5 "$2")"
+    sleep 0.1
+  done
+  fail "urnbd server does not listen after 10 s: $(tail -5 "$2")"
+}
+
 verify() { # verify DEV
   fio --name=interop --filename="$1" --ioengine=libaio --direct=1 --rw=randrw --bsrange=4k-64k \
       --iodepth=16 --size=64M --verify=crc32c --verify_fatal=1 --verify_state_save=0 \
@@ -32,9 +42,9 @@ mkdir -p /tmp/interop && truncate -s 256M /tmp/interop/disk.img
 "$urnbd" server --listen rdma://192.0.2.2:1234 --dev-search-path /tmp/interop 2>/tmp/interop-server.log &
 srv=$!
 trap 'kill $srv 2>/dev/null || true' EXIT
-sleep 1
+listening $srv /tmp/interop-server.log
 echo "sessname=interop path=ip:192.0.2.1,ip:192.0.2.2 device_path=disk.img" \
-  >/sys/devices/virtual/rnbd-client/ctl/map_device || fail "kernel map_device"
+  >/sys/devices/virtual/rnbd-client/ctl/map_device || fail "kernel map_device; server log: $(tail -5 /tmp/interop-server.log)"
 for _ in $(seq 50); do [ -b /dev/rnbd0 ] && break; sleep 0.1; done
 [ -b /dev/rnbd0 ] || fail "/dev/rnbd0 did not appear"
 verify /dev/rnbd0
@@ -60,7 +70,7 @@ cp -p /tmp/interop/server.key /tmp/interop/client.key
 "$urnbd" server --listen rdma://192.0.2.2:1234 --dev-search-path /tmp/interop --auth-keys /tmp/interop/server.key 2>/tmp/interop-auth.log &
 srv=$!
 trap 'kill $srv 2>/dev/null || true' EXIT
-sleep 1
+listening $srv /tmp/interop-auth.log
 if echo "sessname=interop3k path=ip:192.0.2.1,ip:192.0.2.2 device_path=disk.img" \
     >/sys/devices/virtual/rnbd-client/ctl/map_device 2>/tmp/interop-kmap.err; then
   fail "the kernel client mapped from a server that requires authentication"
