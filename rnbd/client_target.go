@@ -70,11 +70,15 @@ func (q *queue) Handle(tag uint16, req *ublk.Request) {
 	var flags uint32
 	switch {
 	case op == OpFlush:
-		flags = FlagSync | FlagFUA // a block-layer flush is FLUSH+PREFLUSH
+		// A block-layer flush is FLUSH+PREFLUSH: sent as the kernel's 2.1
+		// client does, with FUA for a 2.0 server.
+		flags = FlagSync | FlagFUA | FlagPreflush
 	case req.Flags&ublk.IOFlagFUA != 0:
 		flags = FlagSync | FlagFUA
 	case op == OpRead:
 		flags = FlagSync
+	case op == OpWriteZeroes && req.Flags&ublk.IOFlagNoUnmap != 0:
+		flags = FlagNoUnmap
 	}
 	m := IO{DeviceID: q.d.id.Load(), Sector: req.StartSector, RW: MakeRW(op, flags), BiSize: uint32(req.Len())}
 	if op == OpFlush {

@@ -262,8 +262,11 @@ func (b *backend) async(op IOOp) bool {
 }
 
 // serve performs one request on the backend synchronously and returns 0
-// or -errno.
-func (b *backend) serve(op IOOp, fua bool, off int64, n int, data []byte) int {
+// or -errno. Of rw's flags it honours FUA (a data sync after a write),
+// PREFLUSH (one before the request) and NOUNMAP (write zeroes that keep
+// the range allocated).
+func (b *backend) serve(rw RW, off int64, n int, data []byte) int {
+	op, fua := rw.Op(), rw.FUA()
 	if e := b.check(op, off, n); e != 0 {
 		return e
 	}
@@ -271,37 +274,71 @@ func (b *backend) serve(op IOOp, fua bool, off int64, n int, data []byte) int {
 		return b.mem.serve(op, off, n, data)
 	}
 	var err error
+	if rw.Preflush() && op != OpFlush {
+		if err := datasync(b.fd); err != nil {
+			return errnoOf(err)
+		}
+	}
 	switch op {
 	case OpRead:
 		err = fullIO(unix.Pread, b.fd, data, off)
 	case OpWrite:
 		err = fullIO(unix.Pwrite, b.fd, data, off)
 		if err == nil && fua {
-			err = unix.Fdatasync(b.fd)
+			err = datasync(b.fd)
 		}
 	case OpFlush:
-		err = unix.Fdatasync(b.fd)
+		err = datasync(b.fd)
 	case OpDiscard:
 		err = unix.Fallocate(b.fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, int64(n))
 		if errors.Is(err, syscall.EOPNOTSUPP) {
 			err = nil // discard is advisory
 		}
 	case OpWriteZeroes:
+		// ZERO_RANGE keeps the range allocated (on a block device it is
+		// BLKDEV_ZERO_NOUNMAP); where it is missing, a hole may do, unless
+		// the client asked that nothing be unmapped.
 		err = unix.Fallocate(b.fd, unix.FALLOC_FL_ZERO_RANGE|unix.FALLOC_FL_KEEP_SIZE, off, int64(n))
 		if errors.Is(err, syscall.EOPNOTSUPP) {
-			err = unix.Fallocate(b.fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, int64(n))
+			if rw.NoUnmap() {
+				err = writeZeroes(b.fd, off, n)
+			} else {
+				err = unix.Fallocate(b.fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, int64(n))
+			}
 		}
 	default:
 		return -int(syscall.EOPNOTSUPP)
 	}
 	if err != nil {
-		var errno syscall.Errno
-		if errors.As(err, &errno) {
-			return -int(errno)
-		}
-		return -int(syscall.EIO)
+		return errnoOf(err)
 	}
 	return 0
+}
+
+// datasync is fdatasync(2); a test sees through it in what order the
+// backend syncs and writes.
+var datasync = unix.Fdatasync
+
+// zeroes is what writeZeroes writes: 64 KiB, aligned for O_DIRECT.
+var zeroes = alignedZeroes(64 << 10)
+
+func alignedZeroes(n int) []byte {
+	b := make([]byte, n+4096)
+	a := int(-uintptr(unsafe.Pointer(&b[0])) & 4095)
+	return b[a : a+n : a+n]
+}
+
+// writeZeroes writes n zero bytes at off, for a write zeroes that must not
+// unmap where the backend cannot zero a range in place.
+func writeZeroes(fd int, off int64, n int) error {
+	for n > 0 {
+		k := min(n, len(zeroes))
+		if err := fullIO(unix.Pwrite, fd, zeroes[:k], off); err != nil {
+			return err
+		}
+		off, n = off+int64(k), n-k
+	}
+	return nil
 }
 
 // fullIO repeats pread/pwrite until all of p is done.

@@ -122,14 +122,14 @@ func TestOpenExportRegularFile(t *testing.T) {
 		if fl, err := unix.FcntlInt(uintptr(b.fd), unix.F_GETFL, 0); err != nil || fl&unix.O_NONBLOCK != 0 {
 			t.Errorf("F_GETFL %#x, %v: O_NONBLOCK still set", fl, err)
 		}
-		if ret := b.serve(OpRead, false, 0, 4096, alignedBuf(4096)); ret != 0 {
+		if ret := b.serve(MakeRW(OpRead, 0), 0, 4096, alignedBuf(4096)); ret != 0 {
 			t.Errorf("read: %d", ret)
 		}
 		wantRet := 0
 		if ro {
 			wantRet = -int(syscall.EROFS)
 		}
-		if ret := b.serve(OpWrite, false, 0, 4096, alignedBuf(4096)); ret != wantRet {
+		if ret := b.serve(MakeRW(OpWrite, 0), 0, 4096, alignedBuf(4096)); ret != wantRet {
 			t.Errorf("ro=%v: write: %d, want %d", ro, ret, wantRet)
 		}
 	}
@@ -186,7 +186,7 @@ func TestOpenExportBlockDevice(t *testing.T) {
 	if b2.key != b.key {
 		t.Errorf("two nodes of %s: keys %q and %q", loop, b.key, b2.key)
 	}
-	if ret := b.serve(OpWrite, true, 4096, 4096, alignedBuf(4096)); ret != 0 {
+	if ret := b.serve(MakeRW(OpWrite, FlagFUA), 4096, 4096, alignedBuf(4096)); ret != 0 {
 		t.Errorf("write: %d", ret)
 	}
 }

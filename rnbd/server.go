@@ -268,6 +268,7 @@ func (s *Server) sessInfo(io *request) int {
 	return 0
 }
 
+// errnoOf is -errno of err, -EIO if it has none.
 func errnoOf(err error) int {
 	var errno syscall.Errno
 	if errors.As(err, &errno) {
@@ -506,7 +507,10 @@ func (s *Server) handleIO(io *request) int {
 	if m.Sector <= maxSector {
 		off = int64(m.Sector) << 9
 	}
-	if io.loop != nil && d.be.async(op) {
+	// A request with PREFLUSH (its flush must end before it starts) is
+	// served in order, on this thread; a flush is one already.
+	async := d.be.async(op) && (op == OpFlush || !m.RW.Preflush())
+	if io.loop != nil && async {
 		if e := d.be.check(op, off, n); e != 0 {
 			return e
 		}
@@ -517,7 +521,7 @@ func (s *Server) handleIO(io *request) int {
 			return pending
 		}
 	}
-	if s.engine != nil && io.io != nil && d.be.async(op) {
+	if s.engine != nil && io.io != nil && async {
 		if e := d.be.check(op, off, n); e != 0 {
 			return e
 		}
@@ -527,7 +531,7 @@ func (s *Server) handleIO(io *request) int {
 		}
 		d.refs.Add(-1)
 	}
-	return d.be.serve(op, m.RW.FUA(), off, n, io.Data)
+	return d.be.serve(m.RW, off, n, io.Data)
 }
 
 // onLoopDone completes a request whose backend I/O ran on the RTRS server

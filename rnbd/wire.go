@@ -13,8 +13,11 @@ const (
 	// ProtoVerMajor is the RNBD protocol major version (2), sent in
 	// SessInfo.Ver; a session runs at min(client, server) version.
 	ProtoVerMajor = 2
-	// ProtoVerMinor is the RNBD protocol minor version (0); never sent.
-	ProtoVerMinor = 0
+	// ProtoVerMinor is the RNBD protocol minor version (2: FlagPreflush
+	// of 2.1 and FlagNoUnmap of 2.2); never sent. Peers of any minor
+	// interoperate: a 2.0 peer ignores the flags, which come with the
+	// 2.0 behaviour (FUA beside PREFLUSH).
+	ProtoVerMinor = 2
 	// DefaultPort is the port the server listens on by default (1234).
 	DefaultPort = rtrs.DefaultPort
 )
@@ -273,6 +276,13 @@ const (
 	// FlagFUA (0x200, bit 9): forced unit access; set by the client for FUA
 	// or PREFLUSH requests; the server sets REQ_FUA.
 	FlagFUA uint32 = 1 << 9
+	// FlagPreflush (0x400, bit 10; protocol 2.1): flush the volatile
+	// cache before the request (REQ_PREFLUSH). A 2.1 client sends it with
+	// FlagFUA, so that a 2.0 server at least writes through.
+	FlagPreflush uint32 = 1 << 10
+	// FlagNoUnmap (0x800, bit 11; protocol 2.2): an OpWriteZeroes must
+	// not deallocate the range (REQ_NOUNMAP).
+	FlagNoUnmap uint32 = 1 << 11
 )
 
 // RW is the le32 rw field of IO: op in bits 0..7, flags above.
@@ -293,6 +303,12 @@ func (rw RW) Sync() bool { return uint32(rw)&FlagSync != 0 }
 // FUA reports FlagFUA.
 func (rw RW) FUA() bool { return uint32(rw)&FlagFUA != 0 }
 
+// Preflush reports FlagPreflush.
+func (rw RW) Preflush() bool { return uint32(rw)&FlagPreflush != 0 }
+
+// NoUnmap reports FlagNoUnmap.
+func (rw RW) NoUnmap() bool { return uint32(rw)&FlagNoUnmap != 0 }
+
 // String returns e.g. "WRITE|SYNC|FUA"; unknown flag bits are shown in hex.
 func (rw RW) String() string {
 	var sb strings.Builder
@@ -304,7 +320,13 @@ func (rw RW) String() string {
 	if f&FlagFUA != 0 {
 		sb.WriteString("|FUA")
 	}
-	if rest := f &^ (FlagSync | FlagFUA); rest != 0 {
+	if f&FlagPreflush != 0 {
+		sb.WriteString("|PREFLUSH")
+	}
+	if f&FlagNoUnmap != 0 {
+		sb.WriteString("|NOUNMAP")
+	}
+	if rest := f &^ (FlagSync | FlagFUA | FlagPreflush | FlagNoUnmap); rest != 0 {
 		sb.WriteString("|0x")
 		sb.WriteString(strconv.FormatUint(uint64(rest), 16))
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/urnbd/urnbd/bpf"
 	"github.com/urnbd/urnbd/internal/labtest"
+	"golang.org/x/sys/unix"
 )
 
 // imageDir returns a new folder holding a.img, a sparse file of size
@@ -592,5 +594,68 @@ func TestLabRDMAPathFlapUnderFio(t *testing.T) {
 	stop.Store(true)
 	if err := <-fio; err != nil {
 		t.Fatalf("fio verify across RDMA path flaps: %v", err)
+	}
+}
+
+// A write zeroes with NOUNMAP (RNBD 2.2) keeps the server's range
+// allocated, one without it may free it: the client passes ublk's NOUNMAP
+// on, and the server honours it where its file system cannot zero a range
+// in place (the lab's /tmp is tmpfs: no ZERO_RANGE, only PUNCH_HOLE).
+// BLKZEROOUT (blkdiscard -z) asks for NOUNMAP; a hole punched in the
+// block device does not.
+func TestLabWriteZeroesNoUnmapReachesTheBackend(t *testing.T) {
+	c := newLabCLI(t)
+	labtest.NeedCommand(t, "blkdiscard")
+	dir := t.TempDir()
+	img := filepath.Join(dir, "a.img")
+	if err := os.WriteFile(img, bytes.Repeat([]byte{0xA5}, 8<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil || st.Type != unix.TMPFS_MAGIC {
+		t.Skipf("%s is not tmpfs: its files zero in place, NOUNMAP changes nothing to see", dir)
+	}
+	blocks := func() int64 {
+		var s unix.Stat_t
+		if err := unix.Stat(img, &s); err != nil {
+			t.Fatal(err)
+		}
+		return s.Blocks
+	}
+	port := freePort(t)
+	srv := exec.Command(c.bin, "server", "--listen", "tcp://127.0.0.1:"+strconv.Itoa(port), "--dev-search-path", dir)
+	srv.Env = append(os.Environ(), "URNBD_RUN_DIR="+c.runDir)
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { srv.Process.Signal(syscall.SIGTERM); srv.Wait() }()
+	var dev string
+	if !labtest.WaitFor(10e9, func() bool {
+		out, err := c.run("map", "sessname=zeroes", "dest_port="+strconv.Itoa(port), "path=ip:127.0.0.1", "device_path=a.img")
+		dev = out
+		return err == nil
+	}) {
+		t.Fatalf("map: %s", dev)
+	}
+	defer c.run("unmap", "--force", dev)
+	full := blocks()
+	labtest.Run(t, "blkdiscard", "-z", "-o", "0", "-l", strconv.Itoa(1<<20), dev)
+	afterZeroout := blocks()
+	labtest.Run(t, "fallocate", "--punch-hole", "-o", strconv.Itoa(2<<20), "-l", strconv.Itoa(1<<20), dev)
+	afterPunch := blocks()
+	t.Logf("backend blocks: %d, after BLKZEROOUT of 1 MiB %d, after a 1 MiB hole %d", full, afterZeroout, afterPunch)
+	if afterZeroout != full {
+		t.Errorf("BLKZEROOUT (NOUNMAP) changed the backend's blocks from %d to %d", full, afterZeroout)
+	}
+	if afterPunch >= afterZeroout {
+		t.Errorf("a hole punched in the device left the backend's blocks at %d (before %d): want them freed", afterPunch, afterZeroout)
+	}
+	got, err := os.ReadFile(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zero := make([]byte, 1<<20)
+	if !bytes.Equal(got[:1<<20], zero) || !bytes.Equal(got[2<<20:3<<20], zero) || got[1<<20] != 0xA5 || got[3<<20] != 0xA5 {
+		t.Error("the backend's zeroed ranges or the data around them are not as written")
 	}
 }
