@@ -1,5 +1,6 @@
 // Package rnbd implements the RNBD block protocol of the Linux kernel,
-// version 2.0 as in Linux 6.12, on top of package rtrs: its wire messages,
+// version 2.2 as in Linux 7.x (and 2.0 of Linux 6.12, which differs only
+// in the two flags 2.1 and 2.2 added), on top of package rtrs: its wire messages,
 // the server's exports and backends, and the client's device mapping.
 //
 // # Wire codecs
@@ -18,7 +19,11 @@
 // as rtrs's), receiver unchanged on error.
 //
 // Messages: MsgHdr (PeekType for dispatch), SessInfo, SessInfoRsp, Open,
-// OpenRsp, Close and IO (with RW = op + FlagSync/FlagFUA). AccessMode has
+// OpenRsp, Close and IO (with RW = op + FlagSync/FlagFUA, and
+// FlagPreflush/FlagNoUnmap of 2.1/2.2). The minor version is never on the
+// wire: SessInfo carries the major only, a peer ignores flags it does not
+// know, and a 2.1 client sends FUA beside PREFLUSH, so every pair of
+// versions interoperates. AccessMode has
 // String and ParseAccessMode. ResolveDevPath is the kernel server's rule
 // that turns dev_search_path, the session name and Open's dev_name into the
 // path to open.
