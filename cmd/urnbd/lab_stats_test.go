@@ -487,22 +487,7 @@ func TestLabFlushAndFUAReachTheBackend(t *testing.T) {
 	name := filepath.Base(loop)
 	for _, mode := range []string{"uring", "sync"} {
 		t.Run(mode, func(t *testing.T) {
-			port := freePort(t)
-			srv := exec.Command(c.bin, "server", "--listen", "tcp://127.0.0.1:"+strconv.Itoa(port), "--dev-search-path", "/dev", "--backend-io", mode)
-			srv.Env = append(os.Environ(), "URNBD_RUN_DIR="+c.runDir)
-			if err := srv.Start(); err != nil {
-				t.Fatal(err)
-			}
-			defer func() { srv.Process.Signal(syscall.SIGTERM); srv.Wait() }()
-			var dev string
-			if !labtest.WaitFor(10e9, func() bool {
-				out, err := c.run("map", "sessname=flush-"+mode, "dest_port="+strconv.Itoa(port), "path=ip:127.0.0.1", "device_path="+name)
-				dev = out
-				return err == nil
-			}) {
-				t.Fatalf("map: %s", dev)
-			}
-			defer c.run("unmap", "--force", dev)
+			dev := c.serveAndMapTCP(t, "/dev", "flush-"+mode, name, "--backend-io", mode)
 			before := flushes(t, name)
 			labtest.Run(t, "fio", "--name=fsync", "--filename="+dev, "--rw=write", "--bs=4k", "--size=64k",
 				"--direct=1", "--ioengine=psync", "--fsync=1")
@@ -518,6 +503,29 @@ func TestLabFlushAndFUAReachTheBackend(t *testing.T) {
 			}
 		})
 	}
+}
+
+// serveAndMapTCP starts a server on a free loopback TCP port, exporting
+// dir (with serverArgs), and maps name in session sess from it; the test's
+// cleanup unmaps it and stops the server.
+func (c *labCLI) serveAndMapTCP(t *testing.T, dir, sess, name string, serverArgs ...string) (dev string) {
+	t.Helper()
+	port := strconv.Itoa(freePort(t))
+	srv := exec.Command(c.bin, append([]string{"server", "--listen", "tcp://127.0.0.1:" + port, "--dev-search-path", dir}, serverArgs...)...)
+	srv.Env = append(os.Environ(), "URNBD_RUN_DIR="+c.runDir)
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Process.Signal(syscall.SIGTERM); srv.Wait() })
+	if !labtest.WaitFor(10e9, func() bool {
+		out, err := c.run("map", "sessname="+sess, "dest_port="+port, "path=ip:127.0.0.1", "device_path="+name)
+		dev = out
+		return err == nil
+	}) {
+		t.Fatalf("map: %s", dev)
+	}
+	t.Cleanup(func() { c.run("unmap", "--force", dev) })
+	return dev
 }
 
 // mapOverTwoRDMAPaths starts a server on both lab RDMA paths at port,
@@ -622,22 +630,7 @@ func TestLabWriteZeroesNoUnmapReachesTheBackend(t *testing.T) {
 		}
 		return s.Blocks
 	}
-	port := freePort(t)
-	srv := exec.Command(c.bin, "server", "--listen", "tcp://127.0.0.1:"+strconv.Itoa(port), "--dev-search-path", dir)
-	srv.Env = append(os.Environ(), "URNBD_RUN_DIR="+c.runDir)
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { srv.Process.Signal(syscall.SIGTERM); srv.Wait() }()
-	var dev string
-	if !labtest.WaitFor(10e9, func() bool {
-		out, err := c.run("map", "sessname=zeroes", "dest_port="+strconv.Itoa(port), "path=ip:127.0.0.1", "device_path=a.img")
-		dev = out
-		return err == nil
-	}) {
-		t.Fatalf("map: %s", dev)
-	}
-	defer c.run("unmap", "--force", dev)
+	dev := c.serveAndMapTCP(t, dir, "zeroes", "a.img")
 	full := blocks()
 	labtest.Run(t, "blkdiscard", "-z", "-o", "0", "-l", strconv.Itoa(1<<20), dev)
 	afterZeroout := blocks()
