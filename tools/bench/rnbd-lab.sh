@@ -158,6 +158,10 @@ if [[ -n $counting ]]; then
   # tracepoints), which under TCG once ended in an int3 oops mid-patch.
   perf stat -e "$events" -p 1 -o /dev/null >/dev/null 2>&1 &
   keep=$!
+  # Let it finish patching before any other perf starts: two patching at
+  # once is how the oops came (again in a run with the keeper started
+  # just before).
+  sleep 3
 fi
 
 fio_iops() { # DEV RW BS
