@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -364,7 +365,8 @@ func TestServerConfigFile(t *testing.T) {
 func TestVersion(t *testing.T) {
 	bin := labtest.Binary(t)
 	out, err := exec.Command(bin, "--version").CombinedOutput()
-	if err != nil || !strings.HasPrefix(string(out), "urnbd ") || !strings.Contains(string(out), "protocols: RTRS 2.0, RNBD 2.0") {
+	rnbdVer := fmt.Sprintf("%d.%d", rnbd.ProtoVerMajor, rnbd.ProtoVerMinor)
+	if err != nil || !strings.HasPrefix(string(out), "urnbd ") || !strings.Contains(string(out), "protocols: RTRS 2.0, RNBD "+rnbdVer) {
 		t.Errorf("--version: %v\n%s", err, out)
 	}
 	out, err = exec.Command(bin, "version", "--json").Output()
@@ -372,7 +374,7 @@ func TestVersion(t *testing.T) {
 	if err != nil || json.Unmarshal(out, &v) != nil {
 		t.Fatalf("version --json: %v\n%s", err, out)
 	}
-	if v.Version == "" || !strings.HasPrefix(v.Go, "go1.") || v.RTRS != "2.0" || v.RNBD != "2.0" || len(v.UblkUsed) == 0 {
+	if v.Version == "" || !strings.HasPrefix(v.Go, "go1.") || v.RTRS != "2.0" || v.RNBD != rnbdVer || rnbdVer != "2.2" || len(v.UblkUsed) == 0 {
 		t.Errorf("version --json: %+v", v)
 	}
 	if _, err := os.Stat(ublk.ControlPath); err != nil && (v.UblkKernel != nil || !strings.Contains(v.UblkError, "modprobe ublk_drv")) {

@@ -331,6 +331,10 @@ func TestSessionFailoverWhenPathDies(t *testing.T) {
 	// Hold path A's traffic in the proxy, so that requests are surely in
 	// flight on A when it dies: they must fail over (and be counted).
 	pa.delay.Store(int64(200 * time.Millisecond))
+	// What the proxy read before the delay may still be on its way (the
+	// answer to a request counted in flight: it completes, no failover);
+	// after this pause, what is in flight on A is held.
+	time.Sleep(50 * time.Millisecond)
 	for c.Paths()[0].Stats.Inflight() == 0 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
