@@ -6,6 +6,7 @@ import (
 	"os"
 	"path"
 	"strings"
+	"sync"
 	"syscall"
 	"unsafe"
 
@@ -319,21 +320,22 @@ func (b *backend) serve(rw RW, off int64, n int, data []byte) int {
 // backend syncs and writes.
 var datasync = unix.Fdatasync
 
-// zeroes is what writeZeroes writes: 64 KiB, aligned for O_DIRECT.
-var zeroes = alignedZeroes(64 << 10)
-
-func alignedZeroes(n int) []byte {
-	b := make([]byte, n+4096)
-	a := int(-uintptr(unsafe.Pointer(&b[0])) & 4095)
-	return b[a : a+n : a+n]
-}
+// zeroes is what writeZeroes writes: 64 KiB of anonymous pages, zero and
+// page-aligned for O_DIRECT; mapped at the first use.
+var zeroes = sync.OnceValues(func() ([]byte, error) {
+	return unix.Mmap(-1, 0, 64<<10, unix.PROT_READ, unix.MAP_ANON|unix.MAP_PRIVATE)
+})
 
 // writeZeroes writes n zero bytes at off, for a write zeroes that must not
 // unmap where the backend cannot zero a range in place.
 func writeZeroes(fd int, off int64, n int) error {
+	z, err := zeroes()
+	if err != nil {
+		return err
+	}
 	for n > 0 {
-		k := min(n, len(zeroes))
-		if err := fullIO(unix.Pwrite, fd, zeroes[:k], off); err != nil {
+		k := min(n, len(z))
+		if err := fullIO(unix.Pwrite, fd, z[:k], off); err != nil {
 			return err
 		}
 		off, n = off+int64(k), n-k

@@ -100,10 +100,7 @@ func TestBashCompletion(t *testing.T) {
 	if err != nil {
 		t.Skip("no bash on this machine: the bash completion is not tested here")
 	}
-	script := filepath.Join(t.TempDir(), "urnbd.bash")
-	if err := os.WriteFile(script, []byte(bashCompletion(newApp())), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	script := writeTemp(t, "urnbd.bash", bashCompletion(newApp()))
 	for line, want := range map[string]string{
 		"urnbd se":                "server session",
 		"urnbd server session ":   "disconnect list show --help",
@@ -125,6 +122,16 @@ func TestBashCompletion(t *testing.T) {
 	}
 }
 
+// writeTemp writes text to a file name in a temporary folder of t.
+func writeTemp(t *testing.T, name, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 func quoteWords(words []string) string {
 	q := make([]string, len(words))
 	for i, w := range words {
@@ -139,10 +146,7 @@ func TestZshCompletionParses(t *testing.T) {
 	if err != nil {
 		t.Skip("no zsh on this machine (apt-get install zsh): the zsh completion's syntax is not checked here")
 	}
-	script := filepath.Join(t.TempDir(), "_urnbd")
-	if err := os.WriteFile(script, []byte(zshCompletion(newApp())), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	script := writeTemp(t, "_urnbd", zshCompletion(newApp()))
 	if out, err := exec.Command(zsh, "-n", script).CombinedOutput(); err != nil {
 		t.Errorf("zsh -n: %v\n%s", err, out)
 	}
