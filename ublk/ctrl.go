@@ -161,6 +161,44 @@ func (c *Control) StopDev(id uint32) error {
 	return err
 }
 
+// TryStopDev stops the device unless its block device is open, which it
+// checks under the lock that opens take: EBUSY if it is open. It needs
+// FlagSafeStopDev (7.x); without it the kernel answers EINVAL.
+func (c *Control) TryStopDev(id uint32) error {
+	_, err := c.do("TRY_STOP_DEV", opTryStopDev, &CtrlCmd{DevID: id, QueueID: ^uint16(0)}, nil, 0)
+	return err
+}
+
+// UpdateSize sets the size of a started device, in 512-byte sectors, and
+// tells the block layer (and so udev and the partition code). It needs
+// FlagUpdateSize (7.x).
+func (c *Control) UpdateSize(id uint32, sectors uint64) error {
+	_, err := c.do("UPDATE_SIZE", opUpdateSize, &CtrlCmd{DevID: id, QueueID: ^uint16(0), Data: sectors}, nil, 0)
+	return err
+}
+
+// Resize sets the size of started device id to size bytes, a non-zero
+// multiple of its logical block size: I/O beyond it fails from then on,
+// and the block layer tells udev. Without FlagUpdateSize negotiated (6.12
+// has none) it fails with EOPNOTSUPP.
+func (c *Control) Resize(id uint32, size uint64) error {
+	info, err := c.DevInfo(id)
+	if err != nil {
+		return err
+	}
+	if info.Flags&FlagUpdateSize == 0 {
+		return fmt.Errorf("ublk device %d: the driver cannot resize a started device (no update_size): %w", id, unix.EOPNOTSUPP)
+	}
+	p, err := c.Params(id)
+	if err != nil {
+		return err
+	}
+	if lbs := uint64(1) << p.Basic.LogicalBSShift; size == 0 || size%lbs != 0 {
+		return fmt.Errorf("ublk device %d: size %d: want a non-zero multiple of the logical block size %d: %w", id, size, lbs, unix.EINVAL)
+	}
+	return c.UpdateSize(id, size>>9)
+}
+
 // SetParams sets the device's parameters; only before START_DEV.
 func (c *Control) SetParams(id uint32, p *Params) error {
 	p.Len = sizeofParams

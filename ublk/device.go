@@ -160,9 +160,19 @@ func BlockPath(id uint32) string { return fmt.Sprintf("/dev/ublkb%d", id) }
 // CharPath returns the path of device id's char device.
 func CharPath(id uint32) string { return fmt.Sprintf("/dev/ublkc%d", id) }
 
-// UsedFeatures are the driver features Create asks for (the recovery
-// ones unless Options.NoRecovery).
+// UsedFeatures are the driver features Create needs (the recovery ones
+// unless Options.NoRecovery).
 const UsedFeatures = FlagCmdIoctlEncode | FlagUserRecovery | FlagUserRecoveryReissue
+
+// OptionalFeatures are the driver features Create asks for where the
+// driver offers them, and what each gives: FlagSafeStopDev makes TryStop
+// atomic against opens, FlagUpdateSize lets Resize change a started
+// device's size. Without them TryStop and Resize fail with EOPNOTSUPP.
+const OptionalFeatures = FlagSafeStopDev | FlagUpdateSize
+
+// Wanted returns the features Create asks for of a driver that offers
+// offered: UsedFeatures, and those of OptionalFeatures it offers.
+func Wanted(offered uint64) uint64 { return UsedFeatures | offered&OptionalFeatures }
 
 // Create adds a device, starts its queues with target and exposes the block
 // device. On error nothing is left behind.
@@ -178,6 +188,7 @@ func Create(ctrl *Control, opts Options, target Target) (*Device, error) {
 		if want&features != want {
 			return nil, fmt.Errorf("ublk driver lacks features %#x (has %#x): %w", want&^features, features, unix.EOPNOTSUPP)
 		}
+		want |= Wanted(features) &^ UsedFeatures
 	}
 	id := ^uint32(0)
 	if opts.ID >= 0 {
@@ -404,6 +415,25 @@ func (d *Device) Stop() error {
 	}
 	return d.Wait()
 }
+
+// TryStop stops the device unless its block device is open or mounted:
+// then it fails with EBUSY and nothing changes. The driver checks under the
+// lock that opens take, so no open slips in between; without
+// FlagSafeStopDev (Linux 6.12) it fails with EOPNOTSUPP, and the caller
+// has only racy checks from user space.
+func (d *Device) TryStop() error {
+	if d.info.Flags&FlagSafeStopDev == 0 {
+		return fmt.Errorf("ublk device %d: the driver cannot stop a device only when unused (no safe_stop_dev): %w", d.info.DevID, unix.EOPNOTSUPP)
+	}
+	if err := d.ctrl.TryStopDev(d.info.DevID); err != nil {
+		return err
+	}
+	return d.Wait()
+}
+
+// Resize sets the size of the started device to size bytes, as
+// Control.Resize.
+func (d *Device) Resize(size uint64) error { return d.ctrl.Resize(d.info.DevID, size) }
 
 // Delete stops the device and deletes it.
 func (d *Device) Delete() error {

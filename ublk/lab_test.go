@@ -2,6 +2,7 @@ package ublk_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -315,9 +316,10 @@ func TestLabBuffersFromCallerRegion(t *testing.T) {
 }
 
 // Each queue's thread is pinned to the CPUs the block layer maps to that
-// queue: with one queue per CPU, queue i to CPU i. (The kernel reads the
-// queue of GET_QUEUE_AFFINITY from data[0]; asking with queue_id gets
-// queue 0's CPUs for every queue, and every thread on CPU 0.)
+// queue: with one queue per CPU, one CPU each, every CPU once (6.12 maps
+// queue i to CPU i, 7.3 queue 0 to CPU 1). (The kernel reads the queue of
+// GET_QUEUE_AFFINITY from data[0]; asking with queue_id gets queue 0's
+// CPUs for every queue, and every thread on one CPU.)
 func TestLabQueueThreadsPinnedToTheirCPUs(t *testing.T) {
 	ctrl := openControl(t)
 	ncpu := runtime.NumCPU()
@@ -326,15 +328,25 @@ func TestLabQueueThreadsPinnedToTheirCPUs(t *testing.T) {
 	}
 	dev, _ := loopDevice(t, ctrl, labtest.SparseFile(t, 16<<20), ncpu)
 	pinned := map[string]bool{}
+	mapped := map[int]int{} // CPU: queue
 	for q := range ncpu {
 		set, err := ctrl.QueueAffinity(dev.ID(), uint16(q))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if set.Count() != 1 || !set.IsSet(q) {
-			t.Errorf("queue %d: affinity has %d CPUs, CPU %d set: %v; want CPU %d only", q, set.Count(), q, set.IsSet(q), q)
+		for cpu := range ncpu {
+			if set.IsSet(cpu) {
+				if other, ok := mapped[cpu]; ok {
+					t.Errorf("CPU %d is in the affinity of queues %d and %d", cpu, other, q)
+				}
+				mapped[cpu] = q
+			}
+		}
+		if set.Count() != 1 {
+			t.Errorf("queue %d: affinity has %d CPUs; want one", q, set.Count())
 		}
 	}
+	t.Logf("CPU to queue: %v", mapped)
 	tasks, err := os.ReadDir("/proc/self/task")
 	if err != nil {
 		t.Fatal(err)
@@ -354,5 +366,70 @@ func TestLabQueueThreadsPinnedToTheirCPUs(t *testing.T) {
 		if !pinned[strconv.Itoa(cpu)] {
 			t.Errorf("no thread is pinned to CPU %d alone (threads' CPU lists: %v)", cpu, pinned)
 		}
+	}
+}
+
+// The optional features are asked for where the driver offers them and
+// used; where it does not (6.12), they are not negotiated and TryStop and
+// Resize say EOPNOTSUPP. With safe stop, TryStop refuses an open device
+// and leaves it serving; with update size, Resize changes what the block
+// layer sees.
+func TestLabOptionalFeaturesByDetection(t *testing.T) {
+	ctrl := openControl(t)
+	offered, err := ctrl.Features()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var uts unix.Utsname
+	unix.Uname(&uts)
+	t.Logf("kernel %s offers %v", unix.ByteSliceToString(uts.Release[:]), ublk.FeatureNames(offered))
+	dev := create(t, ctrl, ublk.Options{ID: -1, Size: 16 << 20, Queues: 1, Depth: 4}, ublk.NullTarget{})
+	got := dev.Info().Flags
+	for _, f := range []uint64{ublk.FlagSafeStopDev, ublk.FlagUpdateSize} {
+		if (got&f != 0) != (offered&f != 0) {
+			t.Errorf("%v: offered %v, negotiated %v", ublk.FeatureNames(f), offered&f != 0, got&f != 0)
+		}
+	}
+
+	if offered&ublk.FlagUpdateSize == 0 {
+		if err := dev.Resize(32 << 20); !errors.Is(err, unix.EOPNOTSUPP) {
+			t.Errorf("Resize without update_size: %v, want EOPNOTSUPP", err)
+		}
+	} else {
+		if err := dev.Resize(32 << 20); err != nil {
+			t.Fatalf("Resize: %v", err)
+		}
+		if n := sysfsSectors(t, dev.ID()); n != 65536 {
+			t.Errorf("after Resize to 32 MiB the block device has %d sectors", n)
+		}
+		if err := dev.Resize(1000); !errors.Is(err, unix.EINVAL) {
+			t.Errorf("Resize to 1000 bytes: %v, want EINVAL", err)
+		}
+	}
+
+	if offered&ublk.FlagSafeStopDev == 0 {
+		if err := dev.TryStop(); !errors.Is(err, unix.EOPNOTSUPP) {
+			t.Errorf("TryStop without safe_stop_dev: %v, want EOPNOTSUPP", err)
+		}
+		return
+	}
+	f, buf := openDirect(t, ublk.BlockPath(dev.ID()))
+	if err := dev.TryStop(); !errors.Is(err, unix.EBUSY) {
+		t.Errorf("TryStop of an open device: %v, want EBUSY", err)
+	}
+	if _, err := unix.Pread(int(f.Fd()), buf, 0); err != nil {
+		t.Errorf("read after a refused TryStop: %v", err)
+	}
+	f.Close()
+	if err := dev.TryStop(); err != nil {
+		t.Fatalf("TryStop of a closed device: %v", err)
+	}
+	select {
+	case <-dev.Done():
+	default:
+		t.Error("TryStop returned with queues still running")
+	}
+	if err := dev.Delete(); err != nil {
+		t.Errorf("Delete after TryStop: %v", err)
 	}
 }

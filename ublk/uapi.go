@@ -6,7 +6,8 @@ import (
 )
 
 // Control command numbers (_IOC_NR of the ioctl-encoded opcodes), from
-// include/uapi/linux/ublk_cmd.h of Linux 6.12.
+// include/uapi/linux/ublk_cmd.h: up to DEL_DEV_ASYNC in Linux 6.12, the
+// rest in 7.x (each needs the feature flag named beside it).
 const (
 	cmdGetQueueAffinity  = 0x01
 	cmdGetDevInfo        = 0x02
@@ -21,6 +22,8 @@ const (
 	cmdGetDevInfo2       = 0x12
 	cmdGetFeatures       = 0x13
 	cmdDelDevAsync       = 0x14
+	cmdUpdateSize        = 0x15 // FlagUpdateSize
+	cmdTryStopDev        = 0x17 // FlagSafeStopDev
 )
 
 // I/O command numbers.
@@ -59,6 +62,8 @@ var (
 	opEndUserRecovery   = ctrlOp(iocRead|iocWrite, cmdEndUserRecovery)
 	opGetFeatures       = ctrlOp(iocRead, cmdGetFeatures)
 	opDelDevAsync       = ctrlOp(iocRead, cmdDelDevAsync)
+	opUpdateSize        = ctrlOp(iocRead|iocWrite, cmdUpdateSize)
+	opTryStopDev        = ctrlOp(iocRead|iocWrite, cmdTryStopDev)
 
 	opFetchReq          = ioOp(ioFetchReq)
 	opCommitAndFetchReq = ioOp(ioCommitAndFetchReq)
@@ -73,7 +78,8 @@ const (
 )
 
 // Feature flags (UBLK_F_*), negotiated at ADD_DEV: the kernel clears what it
-// does not support and returns the result in DevInfo.Flags.
+// does not support and returns the result in DevInfo.Flags. Linux 6.12 has
+// bits 0-8; the rest came in 6.13-7.3 (docs/ublk.md).
 const (
 	FlagSupportZeroCopy     uint64 = 1 << 0
 	FlagURingCmdCompInTask  uint64 = 1 << 1
@@ -85,6 +91,17 @@ const (
 	FlagUserCopy            uint64 = 1 << 7
 	FlagZoned               uint64 = 1 << 8
 	FlagUserRecoveryFailIO  uint64 = 1 << 9
+	FlagUpdateSize          uint64 = 1 << 10
+	FlagAutoBufReg          uint64 = 1 << 11
+	FlagQuiesce             uint64 = 1 << 12
+	FlagPerIODaemon         uint64 = 1 << 13
+	FlagBufRegOffDaemon     uint64 = 1 << 14
+	FlagBatchIO             uint64 = 1 << 15
+	FlagIntegrity           uint64 = 1 << 16
+	FlagSafeStopDev         uint64 = 1 << 17
+	FlagNoAutoPartScan      uint64 = 1 << 18
+	FlagShmemZC             uint64 = 1 << 19
+	FlagIODescSize          uint64 = 1 << 20
 )
 
 // Device states reported in DevInfo.State.
@@ -92,6 +109,7 @@ const (
 	StateDead     = 0
 	StateLive     = 1
 	StateQuiesced = 2
+	StateFailIO   = 3 // 7.x: the server died and I/O fails until recovery
 )
 
 // MaxQueueDepth is the largest queue depth the kernel accepts
@@ -266,7 +284,9 @@ func roundUp(n, to int) int { return (n + to - 1) / to * to }
 var featureNames = []string{
 	"zero_copy", "comp_in_task", "need_get_data", "user_recovery",
 	"user_recovery_reissue", "unprivileged", "cmd_ioctl_encode", "user_copy",
-	"zoned", "user_recovery_fail_io",
+	"zoned", "user_recovery_fail_io", "update_size", "auto_buf_reg",
+	"quiesce", "per_io_daemon", "buf_reg_off_daemon", "batch_io", "integrity",
+	"safe_stop_dev", "no_auto_part_scan", "shmem_zc", "io_desc_size",
 }
 
 // FeatureNames returns the names of the Flag* bits set in flags.
@@ -294,6 +314,8 @@ func StateName(state uint16) string {
 		return "live"
 	case StateQuiesced:
 		return "quiesced"
+	case StateFailIO:
+		return "fail_io"
 	}
 	return fmt.Sprintf("state%d", state)
 }

@@ -156,3 +156,24 @@ func TestFeatureNames(t *testing.T) {
 		}
 	}
 }
+
+// The 7.3 flags by name: each bit's name is the UAPI's UBLK_F_ name.
+func TestFeatureNames73(t *testing.T) {
+	for flag, want := range map[uint64]string{
+		FlagUserRecoveryFailIO: "user_recovery_fail_io", FlagUpdateSize: "update_size",
+		FlagAutoBufReg: "auto_buf_reg", FlagQuiesce: "quiesce", FlagPerIODaemon: "per_io_daemon",
+		FlagBufRegOffDaemon: "buf_reg_off_daemon", FlagBatchIO: "batch_io", FlagIntegrity: "integrity",
+		FlagSafeStopDev: "safe_stop_dev", FlagNoAutoPartScan: "no_auto_part_scan",
+		FlagShmemZC: "shmem_zc", FlagIODescSize: "io_desc_size", 1 << 21: "bit21",
+	} {
+		if got := FeatureNames(flag); len(got) != 1 || got[0] != want {
+			t.Errorf("FeatureNames(%#x) = %v, want [%s]", flag, got, want)
+		}
+	}
+	if Wanted(0) != UsedFeatures || Wanted(^uint64(0)) != UsedFeatures|OptionalFeatures {
+		t.Errorf("Wanted: %#x from nothing, %#x from everything", Wanted(0), Wanted(^uint64(0)))
+	}
+	if opTryStopDev != 0xC0207517 || opUpdateSize != 0xC0207515 {
+		t.Errorf("TRY_STOP_DEV %#x, UPDATE_SIZE %#x", opTryStopDev, opUpdateSize)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -116,18 +117,38 @@ func TestLabCLIMapOverTCP(t *testing.T) {
 	dev2 := c.must("client", "device", "map", "b.img", "from", "127.0.0.1", "dest_port="+port, "access_mode=ro")
 	t.Cleanup(func() { c.run("unmap", "--force", dev2) })
 	var entries []struct {
-		Device     string `json:"devname"`
-		SessName   string `json:"sessname"`
-		MapPath    string `json:"mapping_path"`
-		AccessMode string `json:"access_mode"`
-		State      string `json:"state"`
+		Device     string   `json:"devname"`
+		SessName   string   `json:"sessname"`
+		MapPath    string   `json:"mapping_path"`
+		AccessMode string   `json:"access_mode"`
+		State      string   `json:"state"`
+		Features   []string `json:"ublk_features"`
 	}
 	if err := json.Unmarshal([]byte(c.must("list", "--format", "json")), &entries); err != nil || len(entries) != 2 {
 		t.Fatalf("list: %v %+v", err, entries)
 	}
+	// The features in use are what `ublk features` says urnbd uses on
+	// this kernel (and what the driver adds by itself).
+	var features struct {
+		Offered []string `json:"offered"`
+		Used    []string `json:"used"`
+	}
+	if err := json.Unmarshal([]byte(c.must("ublk", "features", "--json")), &features); err != nil || len(features.Used) == 0 {
+		t.Fatalf("ublk features --json: %v %+v", err, features)
+	}
 	for _, e := range entries {
 		if e.State != "open" || e.SessName == "" || (e.Device == dev) != (e.MapPath == "a.img") {
 			t.Errorf("list entry %+v", e)
+		}
+		for _, f := range features.Used {
+			if !slices.Contains(e.Features, f) {
+				t.Errorf("%s: ublk_features %v lack %s, which urnbd uses on this kernel", e.Device, e.Features, f)
+			}
+		}
+		for _, f := range e.Features {
+			if !slices.Contains(features.Offered, f) {
+				t.Errorf("%s: ublk_features %v has %s, which the driver does not offer (%v)", e.Device, e.Features, f, features.Offered)
+			}
 		}
 	}
 	if out := c.must("list"); !strings.Contains(out, "a.img") || !strings.Contains(out, "b.img") || !strings.Contains(out, "ro") {

@@ -330,8 +330,8 @@ func checkMigrations(t *testing.T, r *statsReport) (events map[int][]uint64, fro
 // a CQ are raised wherever rxe processed the answer (its work items run
 // on any CPU), so some land on the other CPU in any case; the test checks
 // that the table counts exactly the events raised away from the polling
-// thread's CPU, and that moving queue 0's thread from CPU 0 to CPU 1
-// (taskset, as an operator would) turns queue 0's events on CPU 0 into
+// thread's CPU, and that moving the thread of CPU 0's queue to CPU 1
+// (taskset, as an operator would) turns that queue's events on CPU 0 into
 // migrations from CPU 1. Then the path and session commands over RDMA.
 func TestLabStatsRDMA(t *testing.T) {
 	c := newLabCLI(t)
@@ -354,41 +354,44 @@ func TestLabStatsRDMA(t *testing.T) {
 	if h := r.Devices[0].Latency; rtrsIOs != uint64(ios) || h == nil || h.Count[bpf.Read]+h.Count[bpf.Write] != uint64(ios) {
 		t.Errorf("fio did %d I/Os; RTRS counted %d, eBPF %+v", ios, rtrsIOs, h)
 	}
-	events, from, to := checkMigrations(t, r)
-	t.Logf("fio on CPU 0: %d I/Os; completion events per queue %v; cpu_migration from %v to %v", ios, events, from, to)
-	if sum(events[0]) == 0 || sum(events[1]) != 0 {
-		t.Errorf("I/O from CPU 0 raised completion events %v: want them on queue 0 only", events)
-	}
-	var tid int
+	// The block layer maps a queue to each CPU; which one is the
+	// kernel's choice (6.12: queue i to CPU i; 7.3: queue 0 to CPU 1).
+	q0, tid := -1, 0
 	for _, q := range r.Sessions[0].Paths[0].Queues {
-		if q.Queue == 0 {
-			if q.CPU != 0 {
-				t.Fatalf("queue 0 is polled on CPU %d", q.CPU)
-			}
-			tid = q.TID
+		if q.CPU == 0 {
+			q0, tid = q.Queue, q.TID
 		}
 	}
+	if q0 < 0 {
+		t.Fatalf("no queue is polled on CPU 0: %+v", r.Sessions[0].Paths[0].Queues)
+	}
+	events, from, to := checkMigrations(t, r)
+	t.Logf("fio on CPU 0: %d I/Os; completion events per queue %v; cpu_migration from %v to %v; queue %d polled on CPU 0",
+		ios, events, from, to, q0)
+	if sum(events[q0]) == 0 || sum(events[1-q0]) != 0 {
+		t.Errorf("I/O from CPU 0 raised completion events %v: want them on queue %d (CPU 0's) only", events, q0)
+	}
 
-	// Move queue 0's thread to CPU 1; its requests still come from CPU 0.
+	// Move that queue's thread to CPU 1; its requests still come from CPU 0.
 	labtest.Run(t, "taskset", "-p", "-c", "1", strconv.Itoa(tid))
 	pinnedFio(t, dev, "randread", "8M", 0)
 	r = c.statsJSON(true)
 	labtest.Run(t, "taskset", "-p", "-c", "0", strconv.Itoa(tid))
 	events, from, to = checkMigrations(t, r)
-	t.Logf("queue 0's thread on CPU 1: completion events per queue %v; cpu_migration from %v to %v", events, from, to)
+	t.Logf("queue %d's thread on CPU 1: completion events per queue %v; cpu_migration from %v to %v", q0, events, from, to)
 	for _, p := range r.Sessions[0].Paths {
 		for _, q := range p.Queues {
-			if q.Queue == 0 && q.CPU != 1 {
-				t.Errorf("path %d: queue 0 polled on CPU %d after taskset, want 1", p.Index, q.CPU)
+			if q.Queue == q0 && q.CPU != 1 {
+				t.Errorf("path %d: queue %d polled on CPU %d after taskset, want 1", p.Index, q0, q.CPU)
 			}
 		}
 	}
-	if from[1] == 0 || from[1] != events[0][0] || to[0] != events[0][0] {
-		t.Errorf("with queue 0's thread on CPU 1, cpu_migration from %v to %v: want queue 0's %d events on CPU 0 from CPU1 to CPU0",
-			from, to, events[0][0])
+	if from[1] == 0 || from[1] != events[q0][0] || to[0] != events[q0][0] {
+		t.Errorf("with queue %d's thread on CPU 1, cpu_migration from %v to %v: want its %d events on CPU 0 from CPU1 to CPU0",
+			q0, from, to, events[q0][0])
 	}
 	text := c.must("stats")
-	for _, want := range []string{"cpu_migration:", "from:", "to  :", "CPU0", "rdma rxe0: software device", "queue 0 (polled on CPU0"} {
+	for _, want := range []string{"cpu_migration:", "from:", "to  :", "CPU0", "rdma rxe0: software device", fmt.Sprintf("queue %d (polled on CPU0", q0)} {
 		if !strings.Contains(text, want) {
 			t.Errorf("stats lacks %q:\n%s", want, text)
 		}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -89,6 +90,26 @@ func TestLabCLIAddListDel(t *testing.T) {
 	table := c.must("ublk", "list")
 	if !strings.Contains(table, dev) || !strings.Contains(table, file) {
 		t.Errorf("table lacks the device:\n%s", table)
+	}
+	// resize: where the driver has update_size (7.x) the block device
+	// grows; elsewhere it is refused with EOPNOTSUPP and nothing changes.
+	var features struct {
+		Used []string `json:"used"`
+	}
+	if err := json.Unmarshal([]byte(c.must("ublk", "features", "--json")), &features); err != nil {
+		t.Fatal(err)
+	}
+	id := strings.TrimPrefix(null, "/dev/ublkb")
+	out, err := c.run("ublk", "resize", id, "3G")
+	if slices.Contains(features.Used, "update_size") {
+		if n := c.entry(null); err != nil || n == nil || n.SizeBytes != 3<<30 {
+			t.Errorf("resize to 3G: %v %s; list entry %+v", err, out, n)
+		}
+		if out, err := c.run("ublk", "resize", id, "1000"); exitCodeOf(err) != int(syscall.EINVAL) {
+			t.Errorf("resize to 1000 bytes: %v %s; want EINVAL", err, out)
+		}
+	} else if exitCodeOf(err) != int(syscall.EOPNOTSUPP) || !strings.Contains(out, "update_size") {
+		t.Errorf("resize without update_size: %v %s; want EOPNOTSUPP naming it", err, out)
 	}
 	c.must("ublk", "del", dev)
 	if c.entry(dev) != nil {

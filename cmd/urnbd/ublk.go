@@ -141,24 +141,76 @@ func ublkCommand() *cli.Command {
 				Action: listDevices,
 			},
 			{
-				Name:  "features",
-				Usage: "show the features the ublk driver offers",
+				Name:      "resize",
+				Usage:     "change the size of a ublk device (needs the driver's update_size, Linux 7.x)",
+				ArgsUsage: "ID SIZE",
 				Action: func(c *cli.Context) error {
+					if c.NArg() != 2 {
+						return fmt.Errorf("resize: want ID SIZE: %w", unix.EINVAL)
+					}
+					id, err := parseID(c.Args().Get(0))
+					if err != nil {
+						return err
+					}
+					size, err := parseSize(c.Args().Get(1))
+					if err != nil {
+						return err
+					}
 					ctrl, err := ublk.OpenControl()
 					if err != nil {
 						return err
 					}
 					defer ctrl.Close()
-					f, err := ctrl.Features()
-					if err != nil {
+					if err := ctrl.Resize(id, size); err != nil {
 						return err
 					}
-					fmt.Printf("%#x %s\n", f, strings.Join(ublk.FeatureNames(f), " "))
+					fmt.Printf("%s: %d bytes\n", ublk.BlockPath(id), size)
 					return nil
 				},
 			},
+			{
+				Name:   "features",
+				Usage:  "show the features the ublk driver offers and those urnbd uses on it",
+				Flags:  formatFlags("text"),
+				Action: showFeatures,
+			},
 		},
 	}
+}
+
+// ublkFeatures is what `urnbd ublk features` reports.
+type ublkFeatures struct {
+	Mask    string   `json:"offered_mask"`
+	Offered []string `json:"offered"`
+	// Used: what urnbd asks for at ADD_DEV on this driver; Unused: what
+	// the driver offers and urnbd does not use.
+	Used   []string `json:"used"`
+	Unused []string `json:"unused"`
+}
+
+func showFeatures(c *cli.Context) error {
+	format, err := outputFormat(c, "text")
+	if err != nil {
+		return err
+	}
+	ctrl, err := ublk.OpenControl()
+	if err != nil {
+		return err
+	}
+	defer ctrl.Close()
+	f, err := ctrl.Features()
+	if err != nil {
+		return err
+	}
+	used := ublk.Wanted(f)
+	r := ublkFeatures{Mask: fmt.Sprintf("%#x", f), Offered: ublk.FeatureNames(f),
+		Used: ublk.FeatureNames(used), Unused: ublk.FeatureNames(f &^ used)}
+	if format == "json" {
+		return writeJSON(os.Stdout, r)
+	}
+	fmt.Printf("offered: %s %s\nused:    %s\nunused:  %s\n", r.Mask, strings.Join(r.Offered, " "),
+		strings.Join(r.Used, " "), strings.Join(r.Unused, " "))
+	return nil
 }
 
 // parseSize parses "4096", "512K", "1G", "1.5T" (binary units).

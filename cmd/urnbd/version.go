@@ -27,7 +27,10 @@ type versionInfo struct {
 	// (and UblkError says why) when it cannot be asked.
 	UblkKernel []string `json:"ublk_kernel_features"`
 	UblkError  string   `json:"ublk_error,omitempty"`
-	UblkUsed   []string `json:"ublk_used_features"`
+	// UblkUsed are the features urnbd asks for on this kernel: the needed
+	// ones, and the optional ones the kernel offers.
+	UblkUsed     []string `json:"ublk_used_features"`
+	UblkOptional []string `json:"ublk_optional_features"`
 }
 
 // buildVersion is versionInfo of this binary on this kernel.
@@ -40,6 +43,7 @@ func buildVersion() versionInfo {
 			v.UblkError = err.Error()
 		} else {
 			v.UblkKernel = ublk.FeatureNames(f)
+			v.UblkUsed = ublk.FeatureNames(ublk.Wanted(f))
 		}
 		ctrl.Close()
 	}
@@ -54,9 +58,10 @@ var releaseVersion, releaseCommit string
 // buildInfo is versionInfo without the kernel's part.
 func buildInfo() versionInfo {
 	v := versionInfo{Version: "devel", Go: runtime.Version(),
-		RTRS:     fmt.Sprintf("%d.%d", rtrs.ProtoVerMajor, rtrs.ProtoVerMinor),
-		RNBD:     fmt.Sprintf("%d.%d", rnbd.ProtoVerMajor, rnbd.ProtoVerMinor),
-		UblkUsed: ublk.FeatureNames(ublk.UsedFeatures)}
+		RTRS:         fmt.Sprintf("%d.%d", rtrs.ProtoVerMajor, rtrs.ProtoVerMinor),
+		RNBD:         fmt.Sprintf("%d.%d", rnbd.ProtoVerMajor, rnbd.ProtoVerMinor),
+		UblkUsed:     ublk.FeatureNames(ublk.UsedFeatures),
+		UblkOptional: ublk.FeatureNames(ublk.OptionalFeatures)}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		if bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 			v.Version = bi.Main.Version
@@ -100,7 +105,8 @@ func (v versionInfo) text() string {
 	} else {
 		fmt.Fprintf(&b, "ublk kernel features: %s\n", strings.Join(v.UblkKernel, " "))
 	}
-	fmt.Fprintf(&b, "ublk features used: %s\n", strings.Join(v.UblkUsed, " "))
+	fmt.Fprintf(&b, "ublk features used: %s (optional, where offered: %s)\n",
+		strings.Join(v.UblkUsed, " "), strings.Join(v.UblkOptional, " "))
 	return b.String()
 }
 

@@ -46,6 +46,9 @@ type ListEntry struct {
 	State      string   `json:"state"`
 	Paths      []string `json:"paths"`
 	Transport  string   `json:"transport"`
+	// UblkFeatures are the ublk driver features the device was created
+	// with (negotiated with this kernel's driver).
+	UblkFeatures []string `json:"ublk_features"`
 }
 
 // Error is an error that a daemon reported: its text, and its errno (0

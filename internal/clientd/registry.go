@@ -258,7 +258,8 @@ func (r *Registry) add(s *Session, rec *Record, dev *rnbd.Device) *Device {
 }
 
 // Unmap unmaps device id; without force it refuses (EBUSY) a device in
-// use. It reports whether the daemon has no device left, and no map under
+// use, and where the ublk driver has safe stop, stops it only if no open
+// came in meanwhile. It reports whether the daemon has no device left, and no map under
 // way. A session left without devices is closed in the background (its
 // RDMA disconnects wait for the peer).
 func (r *Registry) Unmap(ctx context.Context, id uint32, force bool) (last bool, err error) {
@@ -274,8 +275,19 @@ func (r *Registry) Unmap(ctx context.Context, id uint32, force bool) (last bool,
 	}
 	d.unmapping = true
 	r.mu.Unlock()
-	if !force && r.InUse != nil {
-		if who := r.InUse(id); who != "" {
+	if !force {
+		// InUse names who holds the device; the driver's safe stop (7.x)
+		// closes the race of an open right after that check.
+		who := ""
+		if r.InUse != nil {
+			who = r.InUse(id)
+		}
+		if who == "" && d.Dev != nil {
+			if err := d.Dev.UblkDevice().TryStop(); errors.Is(err, syscall.EBUSY) {
+				who = "opened just now"
+			}
+		}
+		if who != "" {
 			r.mu.Lock()
 			d.unmapping = false
 			r.mu.Unlock()
@@ -349,8 +361,12 @@ func (r *Registry) List() []ListEntry {
 	for _, d := range r.Devices() {
 		e := ListEntry{Device: ublk.BlockPath(d.ID), SessName: d.Spec.SessName, MapPath: d.Spec.DevicePath,
 			AccessMode: d.Spec.AccessMode, State: "open", Transport: d.Spec.Transport}
-		if info, err := r.ctrl.DevInfo(d.ID); (err == nil && info.State != ublk.StateLive) || !d.Dev.Open() {
+		info, err := r.ctrl.DevInfo(d.ID)
+		if (err == nil && info.State != ublk.StateLive) || !d.Dev.Open() {
 			e.State = "closed"
+		}
+		if err == nil {
+			e.UblkFeatures = ublk.FeatureNames(info.Flags)
 		}
 		for _, p := range d.Session.Client.Paths() {
 			state := p.State

@@ -5,7 +5,7 @@
 # Self-contained on purpose: Vagrant uploads this one file.
 #
 #   provision.sh modules   load ublk_drv null_blk rdma_rxe rdma_ucm ib_uverbs
-#                          crc32_generic veth nbd loop
+#                          veth nbd loop (and crc32_generic where it exists)
 #   provision.sh rdma      two veth pairs with soft-RoCE on each end:
 #                            path 1: veth0 192.0.2.1/24   (rxe0) <-> veth1 192.0.2.2/24   (rxe1)
 #                            path 2: veth2 198.51.100.1/24 (rxe2) <-> veth3 198.51.100.2/24 (rxe3)
@@ -80,8 +80,14 @@ try_load() {
 	done
 }
 
-MODULES=(ublk_drv null_blk rdma_rxe rdma_ucm ib_uverbs crc32_generic veth nbd loop)
-RDMA_MODULES=(rdma_rxe rdma_ucm ib_uverbs crc32_generic)
+MODULES=(ublk_drv null_blk rdma_rxe rdma_ucm ib_uverbs veth nbd loop)
+RDMA_MODULES=(rdma_rxe rdma_ucm ib_uverbs)
+# 6.12's rxe computes its ICRC through the crypto API's crc32, which needs
+# crc32_generic; 7.x has no such module (rxe uses the crc32 library).
+if modinfo crc32_generic >/dev/null 2>&1; then
+	MODULES+=(crc32_generic)
+	RDMA_MODULES+=(crc32_generic)
+fi
 
 do_modules() {
 	load "${MODULES[@]}"

@@ -6,7 +6,11 @@
 #      rnbd_server (always_invalidate=Y, its default);
 #   3. a `urnbd server --auth-keys` refuses the kernel client (EACCES,
 #      with an audit line) and a urnbd client with another key, and serves
-#      a urnbd client that proves its key.
+#      a urnbd client that proves its key;
+#   4. a flush (fsync of the mapped device: the block layer's pure
+#      preflush) reaches the backend as a flush, both ways: the backend is
+#      a null_blk with a volatile write cache, which counts the flushes it
+#      completes.
 # Needs the kernel modules built by `tools/lab/lab build-rnbd` and URNBD_BIN.
 set -euo pipefail
 here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
@@ -90,3 +94,51 @@ verify "$dev"
 kill "$srv"; wait "$srv" 2>/dev/null || true
 trap - EXIT
 say "3. PASS: kernel client and wrong key refused, fio verify with the key"
+
+say "4. flushes reach the backend, both ways"
+cfg=/sys/kernel/config/nullb/flushdev
+[ -d /sys/kernel/config/nullb ] || fail "no null_blk configfs (/sys/kernel/config/nullb)"
+mkdir -p "$cfg"
+echo 64 >"$cfg/size"           # MiB
+echo 1 >"$cfg/memory_backed"
+echo 16 >"$cfg/cache_size"     # MiB of volatile write cache: flushes mean something
+echo 1 >"$cfg/power"
+fdev=nullb$(cat "$cfg/index")
+for _ in $(seq 50); do [ -b "/dev/$fdev" ] && break; sleep 0.1; done
+[ -b "/dev/$fdev" ] || fail "/dev/$fdev did not appear"
+grep -q 'write back' "/sys/block/$fdev/queue/write_cache" || fail "/dev/$fdev has no volatile cache"
+flushes() { awk '{print $16}' "/sys/block/$fdev/stat"; } # flush requests completed
+flushed() { # flushed DEV WHAT: a write, then fsync of DEV; the backend must count a flush
+  dd if=/dev/urandom of="$1" bs=4k count=1 oflag=direct status=none || fail "$2: write to $1"
+  local f0 f1
+  f0=$(flushes)
+  sync "$1" || fail "$2: fsync $1"
+  f1=$(flushes)
+  ((f1 > f0)) || fail "$2: fsync of $1 reached /dev/$fdev as no flush ($f0 before, $f1 after)"
+  say "   $2: fsync of $1 made /dev/$fdev complete $((f1 - f0)) flush(es)"
+}
+"$urnbd" server --listen rdma://192.0.2.2:1234 --dev-search-path /dev 2>/tmp/interop-flush.log &
+srv=$!
+trap 'kill $srv 2>/dev/null || true' EXIT
+listening $srv /tmp/interop-flush.log
+echo "sessname=interop4 path=ip:192.0.2.1,ip:192.0.2.2 device_path=$fdev" \
+  >/sys/devices/virtual/rnbd-client/ctl/map_device || fail "kernel map_device $fdev: $(tail -5 /tmp/interop-flush.log)"
+kdev=
+for _ in $(seq 50); do
+  kdev=$(grep -l "^$fdev\$" /sys/block/rnbd*/rnbd/mapping_path 2>/dev/null | head -1 | cut -d/ -f4) || true
+  [ -n "$kdev" ] && [ -b "/dev/$kdev" ] && break
+  sleep 0.1
+done
+[ -n "$kdev" ] && [ -b "/dev/$kdev" ] || fail "no /dev/rnbdN for $fdev"
+flushed "/dev/$kdev" "kernel client $(uname -r) -> urnbd server"
+echo normal >"/sys/block/$kdev/rnbd/unmap_device" || fail "kernel unmap"
+kill "$srv"; wait "$srv" 2>/dev/null || true
+trap - EXIT
+modprobe rnbd_server dev_search_path=/ || fail "modprobe rnbd_server"
+dev=$("$urnbd" map sessname=interop5 transport=rdma path=ip:192.0.2.1@ip:192.0.2.2 device_path=/dev/$fdev) ||
+  fail "urnbd map /dev/$fdev from the kernel server"
+flushed "$dev" "urnbd client -> kernel server $(uname -r)"
+"$urnbd" unmap "$dev" >/dev/null || fail "urnbd unmap"
+modprobe -r rnbd_server || true
+echo 0 >"$cfg/power"; rmdir "$cfg"
+say "4. PASS: a flush reaches the backend through our server and through our client"
