@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: lint, host tests (unit, race, short fuzzing), then
-# one lab boot for everything that needs a real ublk/RDMA kernel. This is
+# the lab for everything that needs a real ublk/RDMA kernel, on each lab
+# kernel (6.12 and 7.x; URNBD_LAB_KERNELS="6.12" for one). This is
 # what `make test` and CI run. Prints "N passed, N failed" at the end.
 #
 #   tools/test.sh           everything
@@ -99,9 +100,10 @@ lab_build() {
   rm -f .cache/lab/bin/tests.txt.tmp
 }
 
-lab_suite() {
+lab_suite() { # lab_suite KERNEL: the whole lab suite on lab kernel KERNEL
   local rc=0
-  tools/lab/lab build-rnbd
+  export LAB_KERNEL=$1
+  tools/lab/lab build-rnbd || return 1
   URNBD_BIN="$root/.cache/lab/bin/urnbd" tools/lab/lab run --timeout 2400 -- \
     tools/lab/tests/run-all.sh kernel-rnbd-smoke.sh rdma-smoke.sh rnbd-interop.sh go-tests.sh daemon-kill-rdma.sh || rc=1
   # A boot of its own: it leaves a soft-RoCE pair unusable.
@@ -125,7 +127,11 @@ if [ "$what" = all ] || [ "$what" = host ]; then
 fi
 if [ "$what" = all ] || [ "$what" = lab ]; then
   step "build lab binaries" lab_build
-  step "lab suite (ublk, kernel RNBD, soft-RoCE)" lab_suite
+  # Both lab kernels (URNBD_LAB_KERNELS picks): Debian 12's 6.12 and
+  # Debian 13 backports' 7.x.
+  for k in ${URNBD_LAB_KERNELS:-6.12 7}; do
+    step "lab suite on Linux $k (ublk, kernel RNBD, soft-RoCE)" lab_suite "$k"
+  done
 fi
 echo
 ((failed == 0)) || printf 'failed: %s\n' "${failures[@]}"

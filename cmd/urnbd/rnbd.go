@@ -166,6 +166,11 @@ func runServer(c *cli.Context) error {
 		exporting += fmt.Sprintf(", clients may prove one of %d keys", auth.Keys.Len())
 	}
 	errs := make(chan error, 1)
+	// The signals are ours before the server says it listens: a reload
+	// (SIGHUP) that follows that line at once must not kill the server.
+	sigs, hup := make(chan os.Signal, 1), make(chan os.Signal, 1)
+	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM)
+	signal.Notify(hup, unix.SIGHUP)
 	for _, u := range c.StringSlice("listen") {
 		scheme, addr, ok := strings.Cut(u, "://")
 		if !ok {
@@ -203,9 +208,6 @@ func runServer(c *cli.Context) error {
 		log.Printf("urnbd server: listening on tcp://%s, %s", ln.Addr(), exporting)
 		go func() { errs <- rs.Serve(ln) }()
 	}
-	sigs, hup := make(chan os.Signal, 1), make(chan os.Signal, 1)
-	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM)
-	signal.Notify(hup, unix.SIGHUP)
 	for {
 		select {
 		case <-hup:
