@@ -156,16 +156,13 @@ func ublkCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					ctrl, err := ublk.OpenControl()
-					if err != nil {
-						return err
-					}
-					defer ctrl.Close()
-					if err := ctrl.Resize(id, size); err != nil {
-						return err
-					}
-					fmt.Printf("%s: %d bytes\n", ublk.BlockPath(id), size)
-					return nil
+					return withControl(func(ctrl *ublk.Control) error {
+						if err := ctrl.Resize(id, size); err != nil {
+							return err
+						}
+						fmt.Printf("%s: %d bytes\n", ublk.BlockPath(id), size)
+						return nil
+					})
 				},
 			},
 			{
@@ -176,6 +173,16 @@ func ublkCommand() *cli.Command {
 			},
 		},
 	}
+}
+
+// withControl runs do with the ublk control device open.
+func withControl(do func(*ublk.Control) error) error {
+	ctrl, err := ublk.OpenControl()
+	if err != nil {
+		return err
+	}
+	defer ctrl.Close()
+	return do(ctrl)
 }
 
 // ublkFeatures is what `urnbd ublk features` reports.
@@ -193,13 +200,8 @@ func showFeatures(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	ctrl, err := ublk.OpenControl()
-	if err != nil {
-		return err
-	}
-	defer ctrl.Close()
-	f, err := ctrl.Features()
-	if err != nil {
+	var f uint64
+	if err := withControl(func(ctrl *ublk.Control) (err error) { f, err = ctrl.Features(); return err }); err != nil {
 		return err
 	}
 	used := ublk.Wanted(f)
