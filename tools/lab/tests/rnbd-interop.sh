@@ -103,9 +103,14 @@ echo 64 >"$cfg/size"           # MiB
 echo 1 >"$cfg/memory_backed"
 echo 16 >"$cfg/cache_size"     # MiB of volatile write cache: flushes mean something
 echo 1 >"$cfg/power"
-fdev=nullb$(cat "$cfg/index")
-for _ in $(seq 50); do [ -b "/dev/$fdev" ] && break; sleep 0.1; done
-[ -b "/dev/$fdev" ] || fail "/dev/$fdev did not appear"
+# The disk is named after the configfs folder (on 6.12 and 7.3; older
+# kernels named it nullb<index>).
+fdev=
+for _ in $(seq 50); do
+  for fdev in flushdev "nullb$(cat "$cfg/index")"; do [ -b "/dev/$fdev" ] && break 2; done
+  sleep 0.1
+done
+[ -b "/dev/$fdev" ] || fail "no block device for $cfg (index $(cat "$cfg/index")): $(ls /sys/block)"
 grep -q 'write back' "/sys/block/$fdev/queue/write_cache" || fail "/dev/$fdev has no volatile cache"
 flushes() { awk '{print $16}' "/sys/block/$fdev/stat"; } # flush requests completed
 flushed() { # flushed DEV WHAT: a write, then fsync of DEV; the backend must count a flush
