@@ -12,7 +12,7 @@ pkgs=(build-essential git curl ca-certificates unzip xz-utils kmod cpio
       qemu-system-x86 busybox-static fio util-linux iproute2
       rdma-core ibverbs-utils rdmacm-utils perftest nvme-cli librdmacm-dev libibverbs-dev
       bpftool dwarves nbdkit vagrant e2fsprogs bc clang llvm libbpf-dev
-      lintian man-db zsh)
+      lintian man-db zsh nbd-server nbd-client)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -4,7 +4,9 @@
 # allocation benchmark of the queue loop), RNBD over soft-RoCE against the
 # kernel's RNBD and NVMe-oF (rnbd-lab.sh), and the link's ceiling (perftest)
 # next to urnbd's RTRS over RDMA (rdma-ceiling.sh), and the cost of the eBPF
-# tracing (trace-overhead.sh). Results: .cache/bench/.
+# tracing (trace-overhead.sh); then block devices over TCP: urnbd against
+# the kernel's NVMe/TCP and NBD (tcp-lab.sh). The lab part runs on both lab
+# kernels. Results: .cache/bench/.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -32,7 +34,13 @@ tools/bench/rdma-ceiling.sh
 tools/bench/trace-overhead.sh
 EOS
 chmod +x .cache/lab/bench-guest.sh
-tools/lab/lab build-rnbd
-out=.cache/bench/lab-$(date +%Y%m%d-%H%M%S)
-URNBD_BIN="$root/.cache/lab/bin/urnbd" tools/lab/lab run --out "$out" -- .cache/lab/bench-guest.sh
-echo "results in $out"
+# Each lab kernel (URNBD_LAB_KERNELS picks), the TCP comparison in a boot
+# of its own (it needs null_blk with its own device count).
+for k in ${URNBD_LAB_KERNELS:-6.12 7}; do
+  export LAB_KERNEL=$k
+  tools/lab/lab build-rnbd
+  out=.cache/bench/lab-$k-$(date +%Y%m%d-%H%M%S)
+  URNBD_BIN="$root/.cache/lab/bin/urnbd" tools/lab/lab run --out "$out" -- .cache/lab/bench-guest.sh
+  URNBD_BIN="$root/.cache/lab/bin/urnbd" tools/lab/lab run --out "$out-tcp" -- tools/bench/tcp-lab.sh
+  echo "results for Linux $k in $out and $out-tcp"
+done
