@@ -50,8 +50,9 @@ trap cleanup EXIT
 srv=$!
 conf=${LAB_OUT:-/tmp}/nbd-server.conf
 printf '[generic]\nuser = root\ngroup = root\nlistenaddr = 192.0.2.2\n[bench]\nexportname = /dev/nullb2\n' >"$conf"
-nbd-server -d -C "$conf" 2>"${LAB_OUT:-/tmp}/nbd-server.log" &
-nbdsrv=$!
+# Not -d: in the foreground nbd-server serves one connection at a time.
+nbd-server -C "$conf" -p /run/nbd-server-bench.pid 2>"${LAB_OUT:-/tmp}/nbd-server.log"
+nbdsrv=$(cat /run/nbd-server-bench.pid)
 sleep 1
 counting_start
 
