@@ -259,8 +259,8 @@ func (r *Registry) add(s *Session, rec *Record, dev *rnbd.Device) *Device {
 
 // Unmap unmaps device id; without force it refuses (EBUSY) a device in
 // use, and where the ublk driver has safe stop, stops it only if no open
-// came in meanwhile. It reports whether the daemon has no device left, and no map under
-// way. A session left without devices is closed in the background (its
+// came in meanwhile. It reports whether the daemon has no device left,
+// and no map under way. A session left without devices is closed in the background (its
 // RDMA disconnects wait for the peer).
 func (r *Registry) Unmap(ctx context.Context, id uint32, force bool) (last bool, err error) {
 	r.mu.Lock()
