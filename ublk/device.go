@@ -188,7 +188,7 @@ func Create(ctrl *Control, opts Options, target Target) (*Device, error) {
 		if want&features != want {
 			return nil, fmt.Errorf("ublk driver lacks features %#x (has %#x): %w", want&^features, features, unix.EOPNOTSUPP)
 		}
-		want |= Wanted(features) &^ UsedFeatures
+		want |= features & OptionalFeatures
 	}
 	id := ^uint32(0)
 	if opts.ID >= 0 {

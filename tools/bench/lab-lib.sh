@@ -1,9 +1,25 @@
 # tools/bench/lab-lib.sh: what the lab benchmarks share (sourced by
-# rnbd-lab.sh and tcp-lab.sh, in the lab VM): the kernel NVMe-oF target and
-# host on the lab's first veth pair, and fio runs with their costs per I/O
-# (the whole VM's CPU, and each urnbd daemon's CPU, context switches and
-# system calls, counted by perf). The caller sets URNBD_RUN_DIR, runtime,
-# srv (the urnbd server's pid) and LAB_OUT, and calls counting_start.
+# rnbd-lab.sh and tcp-lab.sh, in the lab VM): their settings, null_blk
+# devices, the kernel NVMe-oF target and host on the lab's first veth pair,
+# fio runs with their costs per I/O (the whole VM's CPU, and each urnbd
+# daemon's CPU, context switches and system calls, counted by perf), the
+# interleaved rounds and the table. The caller sets costs (where the costs
+# go), srv (the urnbd server's pid) and DEV, and calls counting_start.
+: "${URNBD_BIN:?URNBD_BIN must name the urnbd binary}"
+prov=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/../lab" && pwd -P)/provision.sh
+runtime=${URNBD_BENCH_RUNTIME:-5}
+rounds=${URNBD_BENCH_ROUNDS:-1}
+export URNBD_RUN_DIR=/run/urnbd-bench
+declare -A DEV # configuration -> its block device
+declare -A R   # configuration,workload -> its best IOPS
+
+# null_blk_devices N: /dev/nullb0..N-1, all of one kind (no data kept).
+null_blk_devices() {
+  LAB_ARGS_NULL_BLK="nr_devices=$1 gb=4" "$prov" modules >/dev/null
+  [[ -b /dev/nullb$(($1 - 1)) ]] ||
+    { echo "lab-bench: null_blk was loaded before with fewer devices; need /dev/nullb0..$(($1 - 1))" >&2; exit 1; }
+}
+
 # NVMe-oF target and host (kernel): nvmet + nvmet-TRTYPE, nvme-TRTYPE.
 NVMET=/sys/kernel/config/nvmet
 NQN=nqn.2026-11.io.urnbd:rnbd-lab-bench
@@ -118,7 +134,7 @@ fio_iops() { # DEV RW BS
     sed -n '/^{/,$p' | python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]; print(round(j["read"]["iops"]+j["write"]["iops"]))'
 }
 
-costs=${LAB_OUT:-/tmp}/rnbd-bench-costs.txt # per run: NAME RW BS IOPS ios vm_us/io, per daemon us/io cs/io sys/io
+# $costs: per run, NAME RW BS IOPS ios vm_us/io, per daemon us/io cs/io sys/io.
 # measured NAME DEV RW BS: fio_iops, with the run's costs appended to $costs.
 measured() {
   local name=$1 dev=$2 rw=$3 bs=$4 v i0 i1 c0 c1 pid ios cpid
@@ -171,7 +187,6 @@ PY
   echo "$v"
 }
 
-declare -A R
 # best NAME,W IOPS: keep the best round (other VMs on the host only slow us down).
 # A failed fio run (e.g. a session the starved VM let time out) only loses that run.
 best() { [[ $2 =~ ^[0-9]+$ ]] || { echo "lab-bench: warning: fio gave no IOPS for $1" >&2; return 0; }; ((${R[$1]:-0} >= $2)) || R[$1]=$2; }
@@ -181,4 +196,49 @@ ratios() {
   python3 -c 'import sys; a = sys.argv[1:4]; b = sys.argv[4:]
 print(" ".join(f"{int(x) / int(y):.2f}" if x.isdigit() and y.isdigit() else "n/a" for x, y in zip(a, b)))' \
     "${R[$1,rr]:-}" "${R[$1,rw]:-}" "${R[$1,sr]:-}" "${R[$2,rr]:-}" "${R[$2,rw]:-}" "${R[$2,sr]:-}"
+}
+
+# rounds_run RUNS NAME...: fio 4k randread, 4k randwrite and 128k read on
+# each configuration's DEV, workload by workload, for $rounds rounds, every
+# other round in reverse order (a disturbance from outside hits all alike);
+# every run goes to RUNS, the best of each into R.
+rounds_run() {
+  local runs=$1 round k rw bs w n v i order
+  shift
+  : >"$runs"
+  : >"$costs"
+  for ((round = 1; round <= rounds; round++)); do
+    order=("$@")
+    if ((round % 2 == 0)); then
+      order=()
+      for ((i = $#; i >= 1; i--)); do order+=("${!i}"); done
+    fi
+    for w in "rr randread 4k" "rw randwrite 4k" "sr read 128k"; do
+      read -r k rw bs <<<"$w"
+      for n in "${order[@]}"; do
+        v=$(measured "$n" "${DEV[$n]}" "$rw" "$bs") || v=failed
+        echo "$round $n $rw $bs $v" >>"$runs"
+        best "$n,$k" "$v"
+      done
+    done
+  done
+}
+
+# table TITLE NAME...: the best IOPS of each configuration, under TITLE
+# and the run's settings.
+table() {
+  local n
+  echo "$1, null_blk backend, fio libaio QD32, ${runtime}s, interleaved, best of $rounds round(s); $(uname -r), $(nproc) vCPUs under qemu TCG"
+  shift
+  printf '%-22s %12s %12s %12s\n' "client -> server" "4k randread" "4k randwrite" "128k seqread"
+  for n in "$@"; do
+    printf '%-22s %12s %12s %12s\n' "$n" "${R[$n,rr]:-n/a}" "${R[$n,rw]:-n/a}" "${R[$n,sr]:-n/a}"
+  done
+}
+
+# costs_table: the last round's costs per I/O of each run.
+costs_table() {
+  [[ -s $costs ]] || return 0
+  echo "costs per I/O (last round): CPU µs of the whole VM, and per urnbd daemon its CPU µs, context switches and system calls (per I/O, and sys/s per second)"
+  awk '{k = $1" "$2" "$3; line[k] = $0} END {for (k in line) print line[k]}' "$costs" | sort
 }

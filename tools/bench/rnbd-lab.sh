@@ -27,23 +27,16 @@
 # in rnbd-bench-costs.txt.
 # Writes $LAB_OUT/rnbd-bench.txt (and every run in rnbd-bench-runs.txt).
 set -euo pipefail
-: "${URNBD_BIN:?}"
 here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
-prov=$here/../lab/provision.sh
-runtime=${URNBD_BENCH_RUNTIME:-5}
-rounds=${URNBD_BENCH_ROUNDS:-1}
-export URNBD_RUN_DIR=/run/urnbd-bench
-LAB_ARGS_NULL_BLK="nr_devices=5 gb=4" "$prov" modules >/dev/null
-[[ -b /dev/nullb4 ]] || { echo "rnbd-lab: null_blk was loaded before with fewer devices; need /dev/nullb0..4" >&2; exit 1; }
+# shellcheck source=lab-lib.sh
+. "$here/lab-lib.sh"
+costs=${LAB_OUT:-/tmp}/rnbd-bench-costs.txt
+null_blk_devices 5
 "$prov" rdma >/dev/null
 LAB_ARGS_RNBD_SERVER="dev_search_path=/" "$prov" rnbd >/dev/null
 CTL=/sys/devices/virtual/rnbd-client/ctl/map_device
 
-# shellcheck source=lab-lib.sh
-. "$here/lab-lib.sh"
-
 srv=
-declare -A DEV # configuration -> its block device
 cleanup() {
   local n
   for n in "${!DEV[@]}"; do
@@ -87,37 +80,16 @@ DEV[urnbd-kernel]=$(umap uk 1234 /dev/nullb3)
 DEV[kernel-urnbd]=$(kmap ku 1236 nullb4)
 names=(kernel-kernel nvme-rdma urnbd-urnbd urnbd-kernel kernel-urnbd)
 for n in "${names[@]}"; do echo "rnbd-lab: $n on ${DEV[$n]}" >&2; done
-runs=${LAB_OUT:-/tmp}/rnbd-bench-runs.txt # every fio run: ROUND NAME RW BS IOPS
-: >"$runs"
-: >"$costs"
-for ((round = 1; round <= rounds; round++)); do
-  order=("${names[@]}")
-  ((round % 2)) || order=(kernel-urnbd urnbd-kernel urnbd-urnbd nvme-rdma kernel-kernel)
-  for w in "rr randread 4k" "rw randwrite 4k" "sr read 128k"; do
-    read -r k rw bs <<<"$w"
-    for n in "${order[@]}"; do
-      v=$(measured "$n" "${DEV[$n]}" "$rw" "$bs") || v=failed
-      echo "$round $n $rw $bs $v" >>"$runs"
-      best "$n,$k" "$v"
-    done
-  done
-done
+rounds_run "${LAB_OUT:-/tmp}/rnbd-bench-runs.txt" "${names[@]}"
 for n in kernel-kernel kernel-urnbd; do kunmap "${DEV[$n]}" || echo "rnbd-lab: warning: unmap $n failed" >&2; unset "DEV[$n]"; done
 for n in urnbd-urnbd urnbd-kernel; do uunmap "${DEV[$n]}" || echo "rnbd-lab: warning: unmap $n failed" >&2; unset "DEV[$n]"; done
 unset "DEV[nvme-rdma]"; nvme_teardown
 
 out=${LAB_OUT:-/tmp}/rnbd-bench.txt
 {
-  echo "RNBD (and NVMe-oF: nvme-rdma -> nvmet-rdma) over soft-RoCE (rxe, one path), null_blk backend, fio libaio QD32, ${runtime}s, interleaved, best of $rounds round(s); $(uname -r), $(nproc) vCPUs under qemu TCG"
-  printf '%-22s %12s %12s %12s\n' "client -> server" "4k randread" "4k randwrite" "128k seqread"
-  for n in "${names[@]}"; do
-    printf '%-22s %12s %12s %12s\n' "$n" "${R[$n,rr]:-n/a}" "${R[$n,rw]:-n/a}" "${R[$n,sr]:-n/a}"
-  done
+  table "RNBD (and NVMe-oF: nvme-rdma -> nvmet-rdma) over soft-RoCE (rxe, one path)" "${names[@]}"
   for n in nvme-rdma urnbd-urnbd urnbd-kernel kernel-urnbd; do
     printf 'ratio %s / kernel-kernel: %s\n' "$n" "$(ratios "$n" kernel-kernel)"
   done
-  if [[ -s $costs ]]; then
-    echo "costs per I/O (last round): CPU µs of the whole VM, and per urnbd daemon its CPU µs, context switches and system calls (per I/O, and sys/s per second)"
-    awk '{k = $1" "$2" "$3; line[k] = $0} END {for (k in line) print line[k]}' "$costs" | sort
-  fi
+  costs_table
 } | tee "$out"

@@ -12,20 +12,14 @@
 # Writes $LAB_OUT/tcp-bench.txt (every run in tcp-bench-runs.txt, the costs
 # per I/O of the urnbd daemons in tcp-bench-costs.txt).
 set -euo pipefail
-: "${URNBD_BIN:?}"
 here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
-prov=$here/../lab/provision.sh
-runtime=${URNBD_BENCH_RUNTIME:-5}
-rounds=${URNBD_BENCH_ROUNDS:-1}
-export URNBD_RUN_DIR=/run/urnbd-bench
-LAB_ARGS_NULL_BLK="nr_devices=3 gb=4" "$prov" modules >/dev/null
-[[ -b /dev/nullb2 ]] || { echo "tcp-lab: null_blk was loaded before with fewer devices; need /dev/nullb0..2" >&2; exit 1; }
-"$prov" rdma >/dev/null
-command -v nbd-server >/dev/null && command -v nbd-client >/dev/null ||
-  { echo "tcp-lab: needs nbd-server and nbd-client (tools/deps.sh installs them)" >&2; exit 1; }
 # shellcheck source=lab-lib.sh
 . "$here/lab-lib.sh"
 costs=${LAB_OUT:-/tmp}/tcp-bench-costs.txt
+command -v nbd-server >/dev/null && command -v nbd-client >/dev/null ||
+  { echo "tcp-lab: needs nbd-server and nbd-client (tools/deps.sh installs them)" >&2; exit 1; }
+null_blk_devices 3
+"$prov" rdma >/dev/null
 
 # A socket that connects to 192.0.2.2 without binding (nbd-client) would
 # take 192.0.2.2 as its source too and go over lo; this rule gives it the
@@ -34,7 +28,6 @@ costs=${LAB_OUT:-/tmp}/tcp-bench-costs.txt
 ip -4 rule add pref 9 iif lo to 192.0.2.2 lookup 100
 
 srv= nbdsrv=
-declare -A DEV
 cleanup() {
   [[ -z ${DEV[urnbd-tcp]:-} ]] || "$URNBD_BIN" unmap "${DEV[urnbd-tcp]}" >/dev/null 2>&1 || true
   [[ -z ${DEV[nbd]:-} ]] || nbd-client -d "${DEV[nbd]}" >/dev/null 2>&1 || true
@@ -64,34 +57,13 @@ DEV[nbd]=/dev/nbd0
 names=(urnbd-tcp nvme-tcp nbd)
 for n in "${names[@]}"; do echo "tcp-lab: $n on ${DEV[$n]}" >&2; done
 
-runs=${LAB_OUT:-/tmp}/tcp-bench-runs.txt
-: >"$runs"
-: >"$costs"
-for ((round = 1; round <= rounds; round++)); do
-  order=("${names[@]}")
-  ((round % 2)) || order=(nbd nvme-tcp urnbd-tcp)
-  for w in "rr randread 4k" "rw randwrite 4k" "sr read 128k"; do
-    read -r k rw bs <<<"$w"
-    for n in "${order[@]}"; do
-      v=$(measured "$n" "${DEV[$n]}" "$rw" "$bs") || v=failed
-      echo "$round $n $rw $bs $v" >>"$runs"
-      best "$n,$k" "$v"
-    done
-  done
-done
+rounds_run "${LAB_OUT:-/tmp}/tcp-bench-runs.txt" "${names[@]}"
 
 out=${LAB_OUT:-/tmp}/tcp-bench.txt
 {
-  echo "block devices over TCP (veth, one path), null_blk backend, fio libaio QD32, ${runtime}s, interleaved, best of $rounds round(s); $(uname -r), $(nproc) vCPUs under qemu TCG"
-  printf '%-22s %12s %12s %12s\n' "client -> server" "4k randread" "4k randwrite" "128k seqread"
-  for n in "${names[@]}"; do
-    printf '%-22s %12s %12s %12s\n' "$n" "${R[$n,rr]:-n/a}" "${R[$n,rw]:-n/a}" "${R[$n,sr]:-n/a}"
-  done
+  table "block devices over TCP (veth, one path)" "${names[@]}"
   for n in nvme-tcp nbd; do
     printf 'ratio urnbd-tcp / %s: %s\n' "$n" "$(ratios urnbd-tcp "$n")"
   done
-  if [[ -s $costs ]]; then
-    echo "costs per I/O (last round): CPU µs of the whole VM, and per urnbd daemon its CPU µs, context switches and system calls"
-    awk '{k = $1" "$2" "$3; line[k] = $0} END {for (k in line) print line[k]}' "$costs" | sort
-  fi
+  costs_table
 } | tee "$out"
