@@ -26,11 +26,16 @@ const (
 	cmdTryStopDev        = 0x17 // FlagSafeStopDev
 )
 
-// I/O command numbers.
+// I/O command numbers: the per-tag protocol, and the batch protocol of
+// FlagBatchIO (Linux 7.0), whose commands carry a BatchCmd instead of an
+// IOCmd (both 16 bytes, so the encodings share ioOp).
 const (
 	ioFetchReq          = 0x20
 	ioCommitAndFetchReq = 0x21
 	ioNeedGetData       = 0x22
+	ioPrepIOCmds        = 0x25
+	ioCommitIOCmds      = 0x26
+	ioFetchIOCmds       = 0x27
 )
 
 // ioctl direction bits of the asm-generic encoding used on x86 and arm64.
@@ -67,6 +72,9 @@ var (
 
 	opFetchReq          = ioOp(ioFetchReq)
 	opCommitAndFetchReq = ioOp(ioCommitAndFetchReq)
+	opPrepIOCmds        = ioOp(ioPrepIOCmds)
+	opCommitIOCmds      = ioOp(ioCommitIOCmds)
+	opFetchIOCmds       = ioOp(ioFetchIOCmds)
 )
 
 // Results of a FETCH_REQ or COMMIT_AND_FETCH_REQ completion.
@@ -208,6 +216,37 @@ type IOCmd struct {
 	Result  int32
 	Addr    uint64
 }
+
+// BatchCmd is struct ublk_batch_io, the command area of PREP_IO_CMDS,
+// COMMIT_IO_CMDS and FETCH_IO_CMDS. For PREP and COMMIT, sqe->addr points
+// at NrElem elements of ElemBytes each; FETCH takes ElemBytes 2 (a tag) and
+// no flags.
+type BatchCmd struct {
+	QueueID   uint16
+	Flags     uint16 // batchHas*
+	NrElem    uint16
+	ElemBytes uint8
+	_         uint8
+	_         uint64
+}
+
+// batchHasBufAddr (UBLK_BATCH_F_HAS_BUF_ADDR): each element carries the
+// address of the tag's buffer, as IOCmd.Addr does in the per-tag protocol.
+// The copy mode that urnbd uses requires it in PREP and COMMIT.
+const batchHasBufAddr = 1 << 1
+
+// BatchElem is one element of PREP_IO_CMDS or COMMIT_IO_CMDS with
+// batchHasBufAddr: struct ublk_elem_header and the buffer address.
+type BatchElem struct {
+	Tag      uint16
+	BufIndex uint16 // buffer table slot, with FlagAutoBufReg only
+	Result   int32  // COMMIT only: as IOCmd.Result
+	BufAddr  uint64
+}
+
+// maxFetchTags is the most tags the driver puts in one FETCH_IO_CMDS
+// completion.
+const maxFetchTags = 128
 
 // ParamBasic is struct ublk_param_basic.
 type ParamBasic struct {

@@ -17,6 +17,8 @@ func TestLayoutSizes(t *testing.T) {
 		{"ublk_params", unsafe.Sizeof(Params{}), sizeofParams},
 		{"ublk_param_basic", unsafe.Sizeof(ParamBasic{}), 32},
 		{"ublk_param_discard", unsafe.Sizeof(ParamDiscard{}), 20},
+		{"ublk_batch_io", unsafe.Sizeof(BatchCmd{}), 16},
+		{"ublk_elem_header + buf_addr", unsafe.Sizeof(BatchElem{}), 16},
 	} {
 		if c.got != c.want {
 			t.Errorf("sizeof(%s) = %d, want %d", c.name, c.got, c.want)
@@ -73,6 +75,9 @@ func TestOpcodes(t *testing.T) {
 		{"UBLK_U_CMD_DEL_DEV_ASYNC", opDelDevAsync, 0x80207514},
 		{"UBLK_U_IO_FETCH_REQ", opFetchReq, 0xc0107520},
 		{"UBLK_U_IO_COMMIT_AND_FETCH_REQ", opCommitAndFetchReq, 0xc0107521},
+		{"UBLK_U_IO_PREP_IO_CMDS", opPrepIOCmds, 0xc0107525},
+		{"UBLK_U_IO_COMMIT_IO_CMDS", opCommitIOCmds, 0xc0107526},
+		{"UBLK_U_IO_FETCH_IO_CMDS", opFetchIOCmds, 0xc0107527},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s = %#x, want %#x", c.name, c.got, c.want)

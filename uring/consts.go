@@ -106,7 +106,8 @@ const FileIndexAlloc uint32 = ^uint32(0)
 
 // URING_CMD flags (SQE.OpFlags, uring_cmd_flags).
 const (
-	UringCmdFixed uint32 = 1 << 0 // IORING_URING_CMD_FIXED: use the registered buffer SQE.BufIndex
+	UringCmdFixed     uint32 = 1 << 0 // IORING_URING_CMD_FIXED: use the registered buffer SQE.BufIndex
+	UringCmdMultishot uint32 = 1 << 1 // IORING_URING_CMD_MULTISHOT: post CQEs (with CQEFMore) into provided buffers
 )
 
 // Fsync flags (SQE.OpFlags, fsync_flags).

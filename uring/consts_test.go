@@ -94,6 +94,7 @@ var headerConsts = []struct {
 	{"SQECQESkipSuccess", int64(SQECQESkipSuccess), 64},
 	{"FileIndexAlloc", int64(FileIndexAlloc), 4294967295},
 	{"UringCmdFixed", int64(UringCmdFixed), 1},
+	{"UringCmdMultishot", int64(UringCmdMultishot), 2},
 	{"FsyncDatasync", int64(FsyncDatasync), 1},
 	{"TimeoutAbs", int64(TimeoutAbs), 1},
 	{"TimeoutUpdate", int64(TimeoutUpdate), 2},
