@@ -48,6 +48,10 @@ type Options struct {
 	// death of its server: it is quiesced until Recover takes it over, and
 	// the requests in flight are issued again.
 	NoRecovery bool
+	// NoBatchIO makes the queues use the per-tag protocol (one command
+	// per request) even where the driver offers FlagBatchIO; for
+	// comparisons.
+	NoBatchIO bool
 	// Buffers, if not nil, is the memory from which the tags' buffers are
 	// carved: Queues × Depth × MaxIOBytes bytes, page aligned. A transport
 	// registers it for RDMA so that data moves without a copy.
@@ -167,8 +171,10 @@ const UsedFeatures = FlagCmdIoctlEncode | FlagUserRecovery | FlagUserRecoveryRei
 // OptionalFeatures are the driver features Create asks for where the
 // driver offers them, and what each gives: FlagSafeStopDev makes TryStop
 // atomic against opens, FlagUpdateSize lets Resize change a started
-// device's size. Without them TryStop and Resize fail with EOPNOTSUPP.
-const OptionalFeatures = FlagSafeStopDev | FlagUpdateSize
+// device's size (without them TryStop and Resize fail with EOPNOTSUPP),
+// and FlagBatchIO lets each queue fetch and commit many requests per
+// command (Options.NoBatchIO turns it down).
+const OptionalFeatures = FlagSafeStopDev | FlagUpdateSize | FlagBatchIO
 
 // Wanted returns the features Create asks for of a driver that offers
 // offered: UsedFeatures, and those of OptionalFeatures it offers.
@@ -189,6 +195,9 @@ func Create(ctrl *Control, opts Options, target Target) (*Device, error) {
 			return nil, fmt.Errorf("ublk driver lacks features %#x (has %#x): %w", want&^features, features, unix.EOPNOTSUPP)
 		}
 		want |= features & OptionalFeatures
+		if opts.NoBatchIO {
+			want &^= FlagBatchIO
+		}
 	}
 	id := ^uint32(0)
 	if opts.ID >= 0 {
@@ -330,6 +339,8 @@ func (d *Device) startQueues(target Target, buffers []byte, maxIO int) error {
 			charFd: int32(d.char.Fd()),
 			cpus:   cpus,
 			bufs:   buffers[i*depth*maxIO : (i+1)*depth*maxIO],
+
+			batchIO: d.info.Flags&FlagBatchIO != 0,
 		}
 		d.queues = append(d.queues, q)
 	}

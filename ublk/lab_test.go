@@ -385,7 +385,7 @@ func TestLabOptionalFeaturesByDetection(t *testing.T) {
 	t.Logf("kernel %s offers %v", unix.ByteSliceToString(uts.Release[:]), ublk.FeatureNames(offered))
 	dev := create(t, ctrl, ublk.Options{ID: -1, Size: 16 << 20, Queues: 1, Depth: 4}, ublk.NullTarget{})
 	got := dev.Info().Flags
-	for _, f := range []uint64{ublk.FlagSafeStopDev, ublk.FlagUpdateSize} {
+	for _, f := range []uint64{ublk.FlagSafeStopDev, ublk.FlagUpdateSize, ublk.FlagBatchIO} {
 		if (got&f != 0) != (offered&f != 0) {
 			t.Errorf("%v: offered %v, negotiated %v", ublk.FeatureNames(f), offered&f != 0, got&f != 0)
 		}
@@ -431,5 +431,53 @@ func TestLabOptionalFeaturesByDetection(t *testing.T) {
 	}
 	if err := dev.Delete(); err != nil {
 		t.Errorf("Delete after TryStop: %v", err)
+	}
+}
+
+// Both queue protocols serve a loop device through fio verify without an
+// allocation per I/O: the per-tag one everywhere (asked for with NoBatchIO
+// where the driver offers batch I/O), the batch one where the driver offers
+// it (Linux 7.0 on), and Create uses it there by default.
+func TestLabQueueProtocols(t *testing.T) {
+	ctrl := openControl(t)
+	offered, err := ctrl.Features()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		noBatch bool
+	}{{"per-tag", true}, {"batch", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			wantBatch := !tc.noBatch && offered&ublk.FlagBatchIO != 0
+			if !tc.noBatch && !wantBatch {
+				t.Skip("this ublk driver offers no batch I/O (Linux 6.12); the 7.x lab kernel runs this")
+			}
+			target, err := ublk.OpenLoop(labtest.SparseFile(t, 128<<20), false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { target.Close() })
+			opts := target.Options()
+			opts.Queues, opts.Depth, opts.NoBatchIO = 2, 32, tc.noBatch
+			dev := create(t, ctrl, opts, target)
+			if got := dev.Info().Flags&ublk.FlagBatchIO != 0; got != wantBatch {
+				t.Fatalf("batch_io negotiated: %v, want %v", got, wantBatch)
+			}
+			fioVerify(t, ublk.BlockPath(dev.ID()), "48M")
+			f, buf := openDirect(t, ublk.BlockPath(dev.ID()))
+			readLoop(t, f, buf, 100)
+			allocs := testing.AllocsPerRun(5, func() { readLoop(t, f, buf, 200) })
+			if perIO := allocs / 200; perIO > 0.01 {
+				t.Errorf("%.3f allocations per I/O, want 0", perIO)
+			}
+			f.Close() // DEL_DEV waits for the block device's last close
+			if err := dev.Delete(); err != nil {
+				t.Fatalf("delete: %v", err)
+			}
+			if err := dev.Wait(); err != nil {
+				t.Errorf("queues ended with %v", err)
+			}
+		})
 	}
 }

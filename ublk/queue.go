@@ -30,8 +30,10 @@ type Queue struct {
 	flusher Flusher          // handler, if it batches
 	onCQE   func(*uring.CQE) // q.handleCQE, made once so reaping does not allocate
 
-	live int // tags that the kernel has not aborted
-	err  error
+	live    int         // per-tag protocol: tags that the kernel has not aborted
+	batchIO bool        // the device runs the batch protocol (FlagBatchIO)
+	batch   *batchQueue // its state, made by setup
+	err     error
 }
 
 // ID returns the queue's index.
@@ -65,9 +67,19 @@ func (q *Queue) GetSQE() *uring.SQE {
 // Complete ends request tag with res: the number of bytes transferred for a
 // read or write, 0 for other successful operations, or a negative errno.
 // It queues the tag's COMMIT_AND_FETCH_REQ, which also fetches the next
-// request for the tag.
+// request for the tag, or, in the batch protocol, adds the result to the
+// commit that the queue sends when the handler's round ends.
 func (q *Queue) Complete(tag uint16, res int32) {
+	if q.batch != nil {
+		q.completeBatch(tag, res)
+		return
+	}
 	q.queueCmd(opCommitAndFetchReq, tag, res)
+}
+
+// bufAddr returns the address of tag's buffer, as the kernel takes it.
+func (q *Queue) bufAddr(tag uint16) uint64 {
+	return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(q.bufs)))) + uint64(int(tag)*q.maxIO)
 }
 
 func (q *Queue) queueCmd(op uint32, tag uint16, res int32) {
@@ -77,7 +89,7 @@ func (q *Queue) queueCmd(op uint32, tag uint16, res int32) {
 	cmd.QueueID = q.id
 	cmd.Tag = tag
 	cmd.Result = res
-	cmd.Addr = uint64(uintptr(unsafe.Pointer(unsafe.SliceData(q.bufs)))) + uint64(int(tag)*q.maxIO)
+	cmd.Addr = q.bufAddr(tag)
 }
 
 // ioCmdOf returns the 16-byte command area of a 64-byte entry: sqe->cmd at
@@ -113,6 +125,9 @@ func (q *Queue) setup(target Target) error {
 		return fmt.Errorf("queue %d: target: %w", q.id, err)
 	}
 	q.flusher, _ = q.handler.(Flusher)
+	if q.batchIO {
+		return q.setupBatch()
+	}
 	for tag := 0; tag < q.depth; tag++ {
 		q.queueCmd(opFetchReq, uint16(tag), 0)
 	}
@@ -150,7 +165,7 @@ func (q *Queue) run(target Target, ready chan<- error) {
 
 func (q *Queue) loop() error {
 	var y procs.Yielder
-	for q.live > 0 {
+	for q.running() {
 		y.Tick()
 		if _, err := q.ring.SubmitAndWait(1); err != nil {
 			return fmt.Errorf("queue %d: %w", q.id, err)
@@ -159,13 +174,29 @@ func (q *Queue) loop() error {
 		if q.flusher != nil {
 			q.flusher.Flush()
 		}
+		if q.batch != nil {
+			q.flushCommits()
+		}
 	}
 	return nil
 }
 
+// running reports whether the queue has work left: tags the kernel may
+// still hand out or that wait for their results to be committed.
+func (q *Queue) running() bool {
+	if q.batch != nil {
+		return q.batch.running()
+	}
+	return q.live > 0
+}
+
 func (q *Queue) handleCQE(cqe *uring.CQE) {
-	if cqe.UserData&userDataTarget != 0 {
+	switch {
+	case cqe.UserData&userDataTarget != 0:
 		q.handler.OnCompletion(cqe.UserData, cqe.Res, cqe.Flags)
+		return
+	case q.batch != nil:
+		q.handleBatchCQE(cqe)
 		return
 	}
 	tag := uint16(cqe.UserData)
@@ -177,12 +208,15 @@ func (q *Queue) handleCQE(cqe *uring.CQE) {
 		return
 	default:
 		// The kernel refused the command; the tag is lost to this queue.
-		if q.err == nil {
-			q.err = fmt.Errorf("queue %d tag %d: command refused: %w", q.id, tag, unix.Errno(-cqe.Res))
-		}
+		q.fail(fmt.Errorf("queue %d tag %d: command refused: %w", q.id, tag, unix.Errno(-cqe.Res)))
 		q.live--
 		return
 	}
+	q.dispatch(tag)
+}
+
+// dispatch hands the request in tag's descriptor to the handler.
+func (q *Queue) dispatch(tag uint16) {
 	d := &q.descs[tag]
 	req := &q.reqs[tag]
 	req.Op = d.Op()
@@ -205,6 +239,9 @@ func (q *Queue) teardown() {
 	if q.handler != nil {
 		q.handler.Close()
 		q.handler = nil
+	}
+	if q.batch != nil && q.batch.fetchBufs != nil {
+		q.batch.fetchBufs.Close()
 	}
 	if q.ring != nil {
 		q.ring.Close()

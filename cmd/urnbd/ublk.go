@@ -70,6 +70,7 @@ var ublkDeviceFlags = []cli.Flag{
 	&cli.IntFlag{Name: "depth", Value: ublk.DefaultQueueDepth, Usage: "tags (requests in flight) per queue"},
 	&cli.StringFlag{Name: "max-io", Value: "512K", Usage: "largest request and per-tag buffer `SIZE`"},
 	&cli.BoolFlag{Name: "no-recovery", Usage: "let the device die with its server instead of waiting to be recovered"},
+	&cli.BoolFlag{Name: "no-batch-io", Usage: "one ublk command per request even where the driver offers batch I/O (for comparisons)"},
 	&cli.BoolFlag{Name: "foreground", Aliases: []string{"f"}, Usage: "serve in this process instead of a background daemon"},
 }
 
@@ -281,6 +282,7 @@ func addDevice(c *cli.Context, spec *ublkSpec) error {
 	opts.Depth = c.Int("depth")
 	opts.MaxIOBytes = int(maxIO)
 	opts.NoRecovery = c.Bool("no-recovery")
+	opts.NoBatchIO = c.Bool("no-batch-io")
 	ctrl, err := ublk.OpenControl()
 	if err != nil {
 		return notifyParent(err)
