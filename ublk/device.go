@@ -52,6 +52,9 @@ type Options struct {
 	// per request) even where the driver offers FlagBatchIO; for
 	// comparisons.
 	NoBatchIO bool
+	// NoZeroCopy keeps the tags' buffers and the copy through them for a
+	// ZeroCopier target too; for comparisons.
+	NoZeroCopy bool
 	// Buffers, if not nil, is the memory from which the tags' buffers are
 	// carved: Queues × Depth × MaxIOBytes bytes, page aligned. A transport
 	// registers it for RDMA so that data moves without a copy.
@@ -198,6 +201,9 @@ func Create(ctrl *Control, opts Options, target Target) (*Device, error) {
 		if opts.NoBatchIO {
 			want &^= FlagBatchIO
 		}
+		if zc, ok := target.(ZeroCopier); ok && zc.ZeroCopy() && opts.Buffers == nil && !opts.NoZeroCopy {
+			want |= features & FlagAutoBufReg
+		}
 	}
 	id := ^uint32(0)
 	if opts.ID >= 0 {
@@ -301,6 +307,11 @@ func waitQuiesced(ctrl *Control, id uint32) (DevInfo, error) {
 func (d *Device) startQueues(target Target, buffers []byte, maxIO int) error {
 	id := d.info.DevID
 	var err error
+	if d.info.Flags&FlagAutoBufReg != 0 {
+		if zc, ok := target.(ZeroCopier); !ok || !zc.ZeroCopy() {
+			return fmt.Errorf("ublk device %d serves requests from their own pages (auto_buf_reg), which this target cannot: %w", id, unix.EINVAL)
+		}
+	}
 	// The char device appears through devtmpfs (or udev) just after
 	// ADD_DEV; give it a moment.
 	for i := 0; i < 100; i++ {
@@ -340,7 +351,8 @@ func (d *Device) startQueues(target Target, buffers []byte, maxIO int) error {
 			cpus:   cpus,
 			bufs:   buffers[i*depth*maxIO : (i+1)*depth*maxIO],
 
-			batchIO: d.info.Flags&FlagBatchIO != 0,
+			batchIO:    d.info.Flags&FlagBatchIO != 0,
+			autoBufReg: d.info.Flags&FlagAutoBufReg != 0,
 		}
 		d.queues = append(d.queues, q)
 	}

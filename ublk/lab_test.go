@@ -434,10 +434,13 @@ func TestLabOptionalFeaturesByDetection(t *testing.T) {
 	}
 }
 
-// Both queue protocols serve a loop device through fio verify without an
-// allocation per I/O: the per-tag one everywhere (asked for with NoBatchIO
-// where the driver offers batch I/O), the batch one where the driver offers
-// it (Linux 7.0 on), and Create uses it there by default.
+// Both queue protocols, each with data copied through the tags' buffers
+// and with the requests' own pages (zero copy), serve a loop device through
+// fio verify without an allocation per I/O: the per-tag protocol and the
+// copy everywhere (asked for with NoBatchIO and NoZeroCopy where the driver
+// offers more), batch I/O and automatic buffer registration where the
+// driver offers them (Linux 7.0 and 6.16 on), and Create uses those there
+// by default.
 func TestLabQueueProtocols(t *testing.T) {
 	ctrl := openControl(t)
 	offered, err := ctrl.Features()
@@ -445,13 +448,22 @@ func TestLabQueueProtocols(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
-		name    string
-		noBatch bool
-	}{{"per-tag", true}, {"batch", false}} {
+		name             string
+		noBatch, noZCopy bool
+	}{
+		{"per-tag,copy", true, true},
+		{"per-tag,zero-copy", true, false},
+		{"batch,copy", false, true},
+		{"batch,zero-copy", false, false},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			wantBatch := !tc.noBatch && offered&ublk.FlagBatchIO != 0
+			wantZCopy := !tc.noZCopy && offered&ublk.FlagAutoBufReg != 0
 			if !tc.noBatch && !wantBatch {
 				t.Skip("this ublk driver offers no batch I/O (Linux 6.12); the 7.x lab kernel runs this")
+			}
+			if !tc.noZCopy && !wantZCopy {
+				t.Skip("this ublk driver offers no automatic buffer registration (Linux 6.12); the 7.x lab kernel runs this")
 			}
 			target, err := ublk.OpenLoop(labtest.SparseFile(t, 128<<20), false)
 			if err != nil {
@@ -459,10 +471,14 @@ func TestLabQueueProtocols(t *testing.T) {
 			}
 			t.Cleanup(func() { target.Close() })
 			opts := target.Options()
-			opts.Queues, opts.Depth, opts.NoBatchIO = 2, 32, tc.noBatch
+			opts.Queues, opts.Depth, opts.NoBatchIO, opts.NoZeroCopy = 2, 32, tc.noBatch, tc.noZCopy
 			dev := create(t, ctrl, opts, target)
-			if got := dev.Info().Flags&ublk.FlagBatchIO != 0; got != wantBatch {
-				t.Fatalf("batch_io negotiated: %v, want %v", got, wantBatch)
+			flags := dev.Info().Flags
+			if got := flags&ublk.FlagBatchIO != 0; got != wantBatch {
+				t.Errorf("batch_io negotiated: %v, want %v", got, wantBatch)
+			}
+			if got := flags&ublk.FlagAutoBufReg != 0; got != wantZCopy {
+				t.Errorf("auto_buf_reg negotiated: %v, want %v", got, wantZCopy)
 			}
 			fioVerify(t, ublk.BlockPath(dev.ID()), "48M")
 			f, buf := openDirect(t, ublk.BlockPath(dev.ID()))
@@ -480,4 +496,24 @@ func TestLabQueueProtocols(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A target that serves only from the tags' buffers never gets the
+// requests' pages, even where the driver could hand them over.
+func TestLabZeroCopyOnlyForZeroCopiers(t *testing.T) {
+	ctrl := openControl(t)
+	dev := create(t, ctrl, ublk.Options{ID: -1, Size: 16 << 20, Queues: 1, Depth: 4}, bufferTarget{})
+	if dev.Info().Flags&ublk.FlagAutoBufReg != 0 {
+		t.Errorf("auto_buf_reg negotiated for a target that is no ZeroCopier")
+	}
+	f, buf := openDirect(t, ublk.BlockPath(dev.ID()))
+	readLoop(t, f, buf, 20)
+	f.Close()
+}
+
+// bufferTarget is the null target without its ZeroCopier method.
+type bufferTarget struct{}
+
+func (bufferTarget) NewQueue(q *ublk.Queue) (ublk.QueueHandler, error) {
+	return ublk.NullTarget{}.NewQueue(q)
 }

@@ -30,10 +30,13 @@ type Queue struct {
 	flusher Flusher          // handler, if it batches
 	onCQE   func(*uring.CQE) // q.handleCQE, made once so reaping does not allocate
 
-	live    int         // per-tag protocol: tags that the kernel has not aborted
-	batchIO bool        // the device runs the batch protocol (FlagBatchIO)
-	batch   *batchQueue // its state, made by setup
-	err     error
+	live    int  // per-tag protocol: tags that the kernel has not aborted
+	batchIO bool // the device runs the batch protocol (FlagBatchIO)
+	// autoBufReg: the kernel installs each request's pages as fixed
+	// buffer (tag) of the ring (FlagAutoBufReg), and no data is copied.
+	autoBufReg bool
+	batch      *batchQueue // its state, made by setup
+	err        error
 }
 
 // ID returns the queue's index.
@@ -89,6 +92,12 @@ func (q *Queue) queueCmd(op uint32, tag uint16, res int32) {
 	cmd.QueueID = q.id
 	cmd.Tag = tag
 	cmd.Result = res
+	if q.autoBufReg {
+		// struct ublk_auto_buf_reg, in the entry's own addr (not the
+		// command's): the slot, no flags.
+		sqe.Addr = uint64(tag)
+		return
+	}
 	cmd.Addr = q.bufAddr(tag)
 }
 
@@ -125,6 +134,11 @@ func (q *Queue) setup(target Target) error {
 		return fmt.Errorf("queue %d: target: %w", q.id, err)
 	}
 	q.flusher, _ = q.handler.(Flusher)
+	if q.autoBufReg {
+		if err := q.ring.RegisterBuffersSparse(uint32(q.depth)); err != nil {
+			return fmt.Errorf("queue %d: %w", q.id, err)
+		}
+	}
 	if q.batchIO {
 		return q.setupBatch()
 	}
@@ -224,13 +238,18 @@ func (q *Queue) dispatch(tag uint16) {
 	req.StartSector = d.StartSector
 	req.NrSectors = d.NrSectors
 	req.Buf = nil
+	req.Fixed, req.BufIndex = false, 0
 	if req.Op == OpRead || req.Op == OpWrite {
 		n := int(d.NrSectors) << 9
 		if n > q.maxIO {
 			q.Complete(tag, -int32(unix.EINVAL))
 			return
 		}
-		req.Buf = q.Buffer(tag)[:n]
+		if q.autoBufReg {
+			req.Fixed, req.BufIndex = true, tag
+		} else {
+			req.Buf = q.Buffer(tag)[:n]
+		}
 	}
 	q.handler.Handle(tag, req)
 }

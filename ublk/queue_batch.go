@@ -31,8 +31,6 @@ const (
 // in case the command went to a worker.
 const commitSlots = 4
 
-const batchElemBytes = uint8(unsafe.Sizeof(BatchElem{}))
-
 // fetchGroup is the buffer group of the fetch buffers; the queue's ring has
 // no other.
 const fetchGroup = 0
@@ -52,9 +50,12 @@ type batchQueue struct {
 	// held counts tags given to the handler and not yet completed.
 	held int
 
+	// elemWords is the size of an element in 64-bit words: 2 with the
+	// buffer address, 1 with automatic buffer registration.
+	elemWords int
 	// commits are the element buffers of COMMIT_IO_CMDS; cur is the one
-	// that Complete fills (never in flight), pending its length.
-	commits  [commitSlots][]BatchElem
+	// that Complete fills (never in flight), pending its elements.
+	commits  [commitSlots][]uint64
 	busy     [commitSlots]bool
 	queued   [commitSlots]int // elements of each busy slot
 	inflight int
@@ -69,7 +70,10 @@ func (b *batchQueue) running() bool {
 // setupBatch prepares every tag with PREP_IO_CMDS, waits for its result,
 // and arms the fetch.
 func (q *Queue) setupBatch() error {
-	b := &batchQueue{}
+	b := &batchQueue{elemWords: 2}
+	if q.autoBufReg {
+		b.elemWords = 1
+	}
 	q.batch = b
 	entries := uint32(1)
 	for entries < uint32(q.depth) {
@@ -88,12 +92,12 @@ func (q *Queue) setupBatch() error {
 	}
 	b.fetchBufs.Advance()
 	for i := range b.commits {
-		b.commits[i] = make([]BatchElem, q.depth)
+		b.commits[i] = make([]uint64, q.depth*b.elemWords)
 	}
 
-	elems := make([]BatchElem, q.depth)
-	for tag := range elems {
-		elems[tag] = BatchElem{Tag: uint16(tag), BufAddr: q.bufAddr(uint16(tag))}
+	elems := make([]uint64, q.depth*b.elemWords)
+	for tag := range q.depth {
+		b.putElem(elems, tag, uint16(tag), 0, q.bufAddr(uint16(tag)))
 	}
 	q.queueBatchCmd(opPrepIOCmds, userDataPrep, elems)
 	for !b.prepDone {
@@ -112,17 +116,32 @@ func (q *Queue) setupBatch() error {
 	return nil
 }
 
+// putElem writes element i of elems: tag's header, with the tag's
+// fixed-buffer slot (itself), and the buffer address if elements carry one.
+func (b *batchQueue) putElem(elems []uint64, i int, tag uint16, res int32, bufAddr uint64) {
+	w := elems[i*b.elemWords:]
+	*(*ElemHeader)(unsafe.Pointer(&w[0])) = ElemHeader{Tag: tag, BufIndex: tag, Result: res}
+	if b.elemWords == 2 {
+		w[1] = bufAddr
+	}
+}
+
+// elemTag returns the tag of element i of elems.
+func (b *batchQueue) elemTag(elems []uint64, i int) uint16 {
+	return (*ElemHeader)(unsafe.Pointer(&elems[i*b.elemWords])).Tag
+}
+
 // queueBatchCmd queues a PREP_IO_CMDS or COMMIT_IO_CMDS over elems.
-func (q *Queue) queueBatchCmd(op uint32, userData uint64, elems []BatchElem) {
+func (q *Queue) queueBatchCmd(op uint32, userData uint64, elems []uint64) {
+	b := q.batch
 	sqe := q.GetSQE()
 	sqe.PrepUringCmd(q.charFd, op, userData)
 	sqe.Addr = uint64(uintptr(unsafe.Pointer(unsafe.SliceData(elems))))
-	*batchCmdOf(sqe) = BatchCmd{
-		QueueID:   q.id,
-		Flags:     batchHasBufAddr,
-		NrElem:    uint16(len(elems)),
-		ElemBytes: batchElemBytes,
+	cmd := BatchCmd{QueueID: q.id, NrElem: uint16(len(elems) / b.elemWords), ElemBytes: uint8(8 * b.elemWords)}
+	if b.elemWords == 2 {
+		cmd.Flags = batchHasBufAddr
 	}
+	*batchCmdOf(sqe) = cmd
 }
 
 // armFetch queues the multishot FETCH_IO_CMDS.
@@ -144,7 +163,7 @@ func batchCmdOf(sqe *uring.SQE) *BatchCmd {
 // completeBatch adds tag's result to the commit being filled.
 func (q *Queue) completeBatch(tag uint16, res int32) {
 	b := q.batch
-	b.commits[b.cur][b.pending] = BatchElem{Tag: tag, Result: res, BufAddr: q.bufAddr(tag)}
+	b.putElem(b.commits[b.cur], b.pending, tag, res, q.bufAddr(tag))
 	b.pending++
 	b.held--
 }
@@ -166,7 +185,7 @@ func (q *Queue) flushCommits() {
 	if next < 0 {
 		return
 	}
-	q.queueBatchCmd(opCommitIOCmds, userDataCommit|uint64(b.cur), b.commits[b.cur][:b.pending])
+	q.queueBatchCmd(opCommitIOCmds, userDataCommit|uint64(b.cur), b.commits[b.cur][:b.pending*b.elemWords])
 	b.busy[b.cur] = true
 	b.queued[b.cur] = b.pending
 	b.inflight++
@@ -229,13 +248,13 @@ func (q *Queue) handleFetch(cqe *uring.CQE) {
 // committed again.
 func (q *Queue) handleCommit(slot int, res int32) {
 	b := q.batch
-	elems := b.commits[slot][:b.queued[slot]]
-	n := len(elems)
+	elems := b.commits[slot]
+	n := b.queued[slot]
 	b.busy[slot] = false
 	b.inflight--
 	done := 0
 	if res > 0 {
-		done = int(res) / int(batchElemBytes)
+		done = int(res) / (8 * b.elemWords)
 	}
 	if done < n {
 		if !b.aborted {
@@ -243,9 +262,11 @@ func (q *Queue) handleCommit(slot int, res int32) {
 			if res < 0 {
 				why = unix.Errno(-res).Error()
 			}
-			q.fail(fmt.Errorf("queue %d tag %d: COMMIT_IO_CMDS refused the result (%s): %w", q.id, elems[done].Tag, why, unix.EIO))
+			q.fail(fmt.Errorf("queue %d tag %d: COMMIT_IO_CMDS refused the result (%s): %w", q.id, b.elemTag(elems, done), why, unix.EIO))
 		}
-		b.pending += copy(b.commits[b.cur][b.pending:], elems[done+1:])
+		ew := b.elemWords
+		copy(b.commits[b.cur][b.pending*ew:], elems[(done+1)*ew:n*ew])
+		b.pending += n - done - 1
 	}
 }
 

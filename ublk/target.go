@@ -43,6 +43,23 @@ type Request struct {
 	// and writes (nil for other operations). For a write it holds the data
 	// to write; for a read the target fills it.
 	Buf []byte
+	// Fixed says that a read's or write's data is not in Buf (nil) but in
+	// the request's own pages, which the kernel installed as fixed buffer
+	// BufIndex of the queue's ring (see ZeroCopier): the target moves it
+	// with PrepReadFixedAt and PrepWriteFixedAt, at offsets from 0.
+	Fixed    bool
+	BufIndex uint16
+}
+
+// A ZeroCopier is a Target whose queues can serve a request from its own
+// pages, in the queue ring's fixed buffers, instead of from the tag's
+// buffer. Where the driver offers FlagAutoBufReg (Linux 6.16) and the
+// device has no caller's buffer region, Create asks for it when ZeroCopy
+// says so: the kernel then installs each request's pages as fixed buffer
+// (tag) while the request is served, and copies no data to or from the
+// tags' buffers. Reads and writes come with Request.Fixed set.
+type ZeroCopier interface {
+	ZeroCopy() bool
 }
 
 // Offset returns the request's byte offset on the device.

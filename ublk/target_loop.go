@@ -103,6 +103,10 @@ func (t *LoopTarget) Options() Options {
 // Close closes the backing file; call it after the device has ended.
 func (t *LoopTarget) Close() error { return t.f.Close() }
 
+// ZeroCopy implements ZeroCopier: the backing file is read and written
+// straight from the requests' pages.
+func (t *LoopTarget) ZeroCopy() bool { return true }
+
 // NewQueue implements Target.
 func (t *LoopTarget) NewQueue(q *Queue) (QueueHandler, error) {
 	return &loopQueue{t: t, q: q, fd: int32(t.f.Fd()), reqs: make([]*Request, q.Depth()), done: make([]uint32, q.Depth())}, nil
@@ -163,16 +167,22 @@ const rwfDSync = 0x2
 
 func (h *loopQueue) submitRW(tag uint16, req *Request) {
 	done := h.done[tag]
-	buf := req.Buf[done:]
+	n := uint32(req.Len()) - done
 	off := uint64(req.Offset()) + uint64(done)
+	ud := TargetUserData(uint64(tag))
 	sqe := h.q.GetSQE()
-	if req.Op == OpRead {
-		sqe.PrepRead(h.fd, unsafe.Pointer(unsafe.SliceData(buf)), uint32(len(buf)), off, TargetUserData(uint64(tag)))
-	} else {
-		sqe.PrepWrite(h.fd, unsafe.Pointer(unsafe.SliceData(buf)), uint32(len(buf)), off, TargetUserData(uint64(tag)))
-		if req.Flags&IOFlagFUA != 0 {
-			sqe.OpFlags = rwfDSync
-		}
+	switch {
+	case req.Fixed && req.Op == OpRead:
+		sqe.PrepReadFixedAt(h.fd, uint64(done), n, off, req.BufIndex, ud)
+	case req.Fixed:
+		sqe.PrepWriteFixedAt(h.fd, uint64(done), n, off, req.BufIndex, ud)
+	case req.Op == OpRead:
+		sqe.PrepRead(h.fd, unsafe.Pointer(&req.Buf[done]), n, off, ud)
+	default:
+		sqe.PrepWrite(h.fd, unsafe.Pointer(&req.Buf[done]), n, off, ud)
+	}
+	if req.Op == OpWrite && req.Flags&IOFlagFUA != 0 {
+		sqe.OpFlags = rwfDSync
 	}
 }
 
@@ -200,13 +210,13 @@ func (h *loopQueue) OnCompletion(userData uint64, res int32, _ uint32) {
 	h.done[tag] += uint32(res)
 	done := h.done[tag]
 	switch {
-	case int(done) == len(req.Buf):
+	case int(done) == req.Len():
 		h.q.Complete(tag, int32(done))
-	case res == 0 && req.Op == OpRead:
+	case res == 0 && req.Op == OpRead && !req.Fixed:
 		// End of a file whose size is not a multiple of the block
 		// size: the rest reads as zeros.
 		clear(req.Buf[done:])
-		h.q.Complete(tag, int32(len(req.Buf)))
+		h.q.Complete(tag, int32(req.Len()))
 	case res == 0:
 		h.q.Complete(tag, -int32(unix.EIO))
 	default:

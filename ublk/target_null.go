@@ -5,6 +5,9 @@ package ublk
 // the ublk path itself.
 type NullTarget struct{}
 
+// ZeroCopy implements ZeroCopier: there is no data to move.
+func (NullTarget) ZeroCopy() bool { return true }
+
 // NewQueue implements Target.
 func (NullTarget) NewQueue(q *Queue) (QueueHandler, error) { return nullQueue{q}, nil }
 

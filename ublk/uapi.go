@@ -235,13 +235,15 @@ type BatchCmd struct {
 // The copy mode that urnbd uses requires it in PREP and COMMIT.
 const batchHasBufAddr = 1 << 1
 
-// BatchElem is one element of PREP_IO_CMDS or COMMIT_IO_CMDS with
-// batchHasBufAddr: struct ublk_elem_header and the buffer address.
-type BatchElem struct {
+// ElemHeader is struct ublk_elem_header: the start of each element of
+// PREP_IO_CMDS and COMMIT_IO_CMDS. With batchHasBufAddr the address of the
+// tag's buffer follows it (a uint64, as IOCmd.Addr in the per-tag protocol);
+// with FlagAutoBufReg nothing does, and BufIndex is the fixed-buffer slot
+// for the request's pages.
+type ElemHeader struct {
 	Tag      uint16
-	BufIndex uint16 // buffer table slot, with FlagAutoBufReg only
-	Result   int32  // COMMIT only: as IOCmd.Result
-	BufAddr  uint64
+	BufIndex uint16
+	Result   int32 // COMMIT only: as IOCmd.Result
 }
 
 // maxFetchTags is the most tags the driver puts in one FETCH_IO_CMDS

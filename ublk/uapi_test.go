@@ -18,7 +18,7 @@ func TestLayoutSizes(t *testing.T) {
 		{"ublk_param_basic", unsafe.Sizeof(ParamBasic{}), 32},
 		{"ublk_param_discard", unsafe.Sizeof(ParamDiscard{}), 20},
 		{"ublk_batch_io", unsafe.Sizeof(BatchCmd{}), 16},
-		{"ublk_elem_header + buf_addr", unsafe.Sizeof(BatchElem{}), 16},
+		{"ublk_elem_header", unsafe.Sizeof(ElemHeader{}), 8},
 	} {
 		if c.got != c.want {
 			t.Errorf("sizeof(%s) = %d, want %d", c.name, c.got, c.want)

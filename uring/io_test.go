@@ -207,3 +207,24 @@ func TestFsyncFallocate(t *testing.T) {
 		t.Errorf("file content differs first at offset %d: %#x, want %#x", i, got[i], want[i])
 	}
 }
+
+// A sparse table has slots but no buffers: a fixed read from a slot fails
+// until a driver installs one (ublk does, in the lab tests), and a second
+// table cannot be registered over the first.
+func TestRegisterBuffersSparse(t *testing.T) {
+	r := newRing(t, 8, 0)
+	f := tempFile(t)
+	if err := r.RegisterBuffersSparse(4); err != nil {
+		t.Fatal(err)
+	}
+	c := run(t, r, func(s *SQE) { s.PrepReadFixedAt(int32(f.Fd()), 0, 512, 0, 2, 1) })
+	if c.Res >= 0 {
+		t.Errorf("read into an empty sparse slot: res %d, want an error", c.Res)
+	}
+	if err := r.RegisterBuffersSparse(4); !errors.Is(err, unix.EBUSY) {
+		t.Errorf("second table: %v, want EBUSY", err)
+	}
+	if err := r.UnregisterBuffers(); err != nil {
+		t.Errorf("unregister: %v", err)
+	}
+}

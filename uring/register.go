@@ -48,6 +48,33 @@ func (r *Ring) RegisterBuffers(iovs []unix.Iovec) error {
 	return err
 }
 
+// rsrcRegister mirrors struct io_uring_rsrc_register.
+type rsrcRegister struct {
+	nr    uint32
+	flags uint32
+	_     uint64
+	data  uint64
+	tags  uint64
+}
+
+// rsrcRegisterSparse is IORING_RSRC_REGISTER_SPARSE.
+const rsrcRegisterSparse = 1 << 0
+
+// RegisterBuffersSparse registers a fixed-buffer table of n empty slots
+// (IORING_REGISTER_BUFFERS2, sparse; Linux 5.19), for buffers that a driver
+// installs, such as the request buffers of ublk's automatic buffer
+// registration. A buffer a driver installs starts at address 0: the address
+// of a fixed read or write from it is the offset into it.
+func (r *Ring) RegisterBuffersSparse(n uint32) error {
+	rr := rsrcRegister{nr: n, flags: rsrcRegisterSparse}
+	err := r.Register(RegBuffers2, unsafe.Pointer(&rr), uint32(unsafe.Sizeof(rr)))
+	runtime.KeepAlive(&rr)
+	if err != nil {
+		return fmt.Errorf("register %d sparse buffers: %w", n, err)
+	}
+	return nil
+}
+
 // UnregisterBuffers drops all registered buffers.
 func (r *Ring) UnregisterBuffers() error {
 	return r.Register(UnregBuffers, nil, 0)

@@ -154,6 +154,20 @@ func (s *SQE) PrepReadFixed(fd int32, buf unsafe.Pointer, n uint32, off uint64, 
 	s.BufIndex = bufIndex
 }
 
+// PrepReadFixedAt prepares an IORING_OP_READ_FIXED into registered buffer
+// bufIndex at address bufAddr: for a buffer that a driver installed (see
+// RegisterBuffersSparse), the offset into it.
+func (s *SQE) PrepReadFixedAt(fd int32, bufAddr uint64, n uint32, off uint64, bufIndex uint16, userData uint64) {
+	s.prepRW(OpReadFixed, fd, bufAddr, n, off, userData)
+	s.BufIndex = bufIndex
+}
+
+// PrepWriteFixedAt prepares an IORING_OP_WRITE_FIXED, as PrepReadFixedAt.
+func (s *SQE) PrepWriteFixedAt(fd int32, bufAddr uint64, n uint32, off uint64, bufIndex uint16, userData uint64) {
+	s.prepRW(OpWriteFixed, fd, bufAddr, n, off, userData)
+	s.BufIndex = bufIndex
+}
+
 // PrepWriteFixed prepares an IORING_OP_WRITE_FIXED from registered buffer
 // bufIndex.
 func (s *SQE) PrepWriteFixed(fd int32, buf unsafe.Pointer, n uint32, off uint64, bufIndex uint16, userData uint64) {

@@ -71,6 +71,7 @@ var ublkDeviceFlags = []cli.Flag{
 	&cli.StringFlag{Name: "max-io", Value: "512K", Usage: "largest request and per-tag buffer `SIZE`"},
 	&cli.BoolFlag{Name: "no-recovery", Usage: "let the device die with its server instead of waiting to be recovered"},
 	&cli.BoolFlag{Name: "no-batch-io", Usage: "one ublk command per request even where the driver offers batch I/O (for comparisons)"},
+	&cli.BoolFlag{Name: "no-zero-copy", Usage: "copy data through buffers of the daemon even where the driver could hand it the requests' pages (for comparisons)"},
 	&cli.BoolFlag{Name: "foreground", Aliases: []string{"f"}, Usage: "serve in this process instead of a background daemon"},
 }
 
@@ -283,6 +284,7 @@ func addDevice(c *cli.Context, spec *ublkSpec) error {
 	opts.MaxIOBytes = int(maxIO)
 	opts.NoRecovery = c.Bool("no-recovery")
 	opts.NoBatchIO = c.Bool("no-batch-io")
+	opts.NoZeroCopy = c.Bool("no-zero-copy")
 	ctrl, err := ublk.OpenControl()
 	if err != nil {
 		return notifyParent(err)

@@ -12,6 +12,10 @@ rounds=${URNBD_BENCH_ROUNDS:-1}
 export URNBD_RUN_DIR=/run/urnbd-bench
 declare -A DEV # configuration -> its block device
 declare -A R   # configuration,workload -> its best IOPS
+# DAEMON: configuration -> the pid whose costs are counted as its daemon's
+# (instead of the urnbd client's and server's); fio_engine: fio's engine.
+declare -A DAEMON
+fio_engine=${fio_engine:-libaio}
 
 # null_blk_devices N: /dev/nullb0..N-1, all of one kind (no data kept).
 null_blk_devices() {
@@ -129,7 +133,7 @@ counting_start() {
 }
 
 fio_iops() { # DEV RW BS
-  fio --output-format=json --name=b --filename="$1" --ioengine=libaio --direct=1 --rw="$2" --bs="$3" \
+  fio --output-format=json --name=b --filename="$1" --ioengine="$fio_engine" --direct=1 --rw="$2" --bs="$3" \
       --iodepth=32 --time_based --runtime="$runtime" --ramp_time=1 2>/dev/null |
     sed -n '/^{/,$p' | python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]; print(round(j["read"]["iops"]+j["write"]["iops"]))'
 }
@@ -141,9 +145,13 @@ measured() {
   local -A pf
   [[ -n $counting ]] || { fio_iops "$dev" "$rw" "$bs"; return; }
   cpid=$(cat "$URNBD_RUN_DIR/client.pid" 2>/dev/null || true)
-  for d in client server; do
-    pid=$srv
-    [[ $d == client ]] && pid=$cpid
+  for d in client server daemon; do
+    case $d in
+      client) pid=$cpid ;;
+      server) pid=${srv:-} ;;
+      daemon) pid=${DAEMON[$name]:-} ;;
+    esac
+    [[ $d == daemon || -z ${DAEMON[$name]:-} ]] || continue
     [[ -n $pid ]] || continue
     # The process's CPU, switches and system calls, until perf_stop.
     perf stat -x, -e "$events" -p "$pid" -o "$LAB_OUT/perf-$d.txt" >/dev/null 2>&1 &
@@ -157,7 +165,7 @@ measured() {
   ios=$((i1 - i0))
   {
     printf '%s %s %s %s ios=%d vm_us/io=%s' "$name" "$rw" "$bs" "$v" "$ios" "$(python3 -c "print(f'{$((c1 - c0)) / max($ios, 1):.1f}')")"
-    for d in client server; do
+    for d in client server daemon; do
       [[ -n ${pf[$d]:-} ]] || continue
       python3 - "$d" "$ios" "$LAB_OUT/perf-$d.txt" "$t0" "$t1" "${by_name[@]}" <<'PY'
 import sys
@@ -228,9 +236,9 @@ rounds_run() {
 # and the run's settings.
 table() {
   local n
-  echo "$1, null_blk backend, fio libaio QD32, ${runtime}s, interleaved, best of $rounds round(s); $(uname -r), $(nproc) vCPUs under qemu TCG"
+  echo "$1, fio $fio_engine QD32, ${runtime}s, interleaved, best of $rounds round(s); $(uname -r), $(nproc) vCPUs under qemu TCG"
   shift
-  printf '%-22s %12s %12s %12s\n' "client -> server" "4k randread" "4k randwrite" "128k seqread"
+  printf '%-22s %12s %12s %12s\n' "${table_col:-client -> server}" "4k randread" "4k randwrite" "128k seqread"
   for n in "$@"; do
     printf '%-22s %12s %12s %12s\n' "$n" "${R[$n,rr]:-n/a}" "${R[$n,rw]:-n/a}" "${R[$n,sr]:-n/a}"
   done

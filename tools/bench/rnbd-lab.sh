@@ -87,7 +87,7 @@ unset "DEV[nvme-rdma]"; nvme_teardown
 
 out=${LAB_OUT:-/tmp}/rnbd-bench.txt
 {
-  table "RNBD (and NVMe-oF: nvme-rdma -> nvmet-rdma) over soft-RoCE (rxe, one path)" "${names[@]}"
+  table "RNBD (and NVMe-oF: nvme-rdma -> nvmet-rdma) over soft-RoCE (rxe, one path), null_blk backend" "${names[@]}"
   for n in nvme-rdma urnbd-urnbd urnbd-kernel kernel-urnbd; do
     printf 'ratio %s / kernel-kernel: %s\n' "$n" "$(ratios "$n" kernel-kernel)"
   done

@@ -61,7 +61,7 @@ rounds_run "${LAB_OUT:-/tmp}/tcp-bench-runs.txt" "${names[@]}"
 
 out=${LAB_OUT:-/tmp}/tcp-bench.txt
 {
-  table "block devices over TCP (veth, one path)" "${names[@]}"
+  table "block devices over TCP (veth, one path), null_blk backend" "${names[@]}"
   for n in nvme-tcp nbd; do
     printf 'ratio urnbd-tcp / %s: %s\n' "$n" "$(ratios urnbd-tcp "$n")"
   done

@@ -1,48 +1,81 @@
 #!/usr/bin/env bash
 # Runs in the lab VM (tools/lab/lab run): the ublk frontend against the
-# kernel's own devices, same VM, same run. fio 4k randread QD32 (io_uring,
-# O_DIRECT) on:
-#   ublk null  vs  null_blk
-#   ublk loop  vs  the kernel's loop device, both over the same file
-# Writes $LAB_OUT/ublk-bench.txt and prints the table with the ratios.
+# kernel's own devices and the kernel's own ublk server, same VM, same run,
+# interleaved rounds (lab-lib.sh). fio 4k randread, 4k randwrite and 128k
+# read, QD32, io_uring, O_DIRECT, on:
+#   null_blk            the kernel's null device: the ceiling
+#   urnbd null          ublk null target, urnbd's queues (batch I/O where
+#                       the driver offers it, Linux 7.0 on)
+#   urnbd null per-tag  the same with --no-batch-io, where batch I/O exists
+#   kublk null          the kernel's ublk selftest server (C, liburing), if
+#   kublk null batch    $KUBLK names it (tools/bench/build-kublk.sh), plain
+#                       and with its batch I/O (-b)
+#   kernel loop         loop device, direct I/O, over a file on tmpfs
+#   urnbd loop          ublk loop target over the same file
+# with each run's costs per I/O: the whole VM's CPU, and the ublk server's
+# CPU, context switches and system calls. Writes $LAB_OUT/ublk-bench.txt.
 set -euo pipefail
-: "${URNBD_BIN:?URNBD_BIN must name the urnbd binary}"
-runtime=${URNBD_BENCH_RUNTIME:-10}
-export URNBD_RUN_DIR=/run/urnbd-bench
-modprobe ublk_drv
-modprobe null_blk nr_devices=1 queue_mode=2 gb=4 bs=512 irqmode=0
-modprobe loop
+here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
+fio_engine=io_uring
+table_col=device
+# shellcheck source=tools/bench/lab-lib.sh
+source "$here/lab-lib.sh"
 out=${LAB_OUT:-/tmp}/ublk-bench.txt
+runs=${LAB_OUT:-/tmp}/ublk-bench-runs.txt
+costs=${LAB_OUT:-/tmp}/ublk-bench-costs.txt
+srv=
+modprobe ublk_drv
+modprobe loop
+null_blk_devices 1
 
-iops() { # iops DEVICE: fio 4k randread QD32, prints read IOPS
-  fio --output-format=json --name=bench --filename="$1" --ioengine=io_uring --direct=1 \
-      --rw=randread --bs=4k --iodepth=32 --numjobs=1 --time_based --runtime="$runtime" \
-      --ramp_time=2 --size=1G 2>/dev/null |
-    sed -n '/^{/,$p' | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["jobs"][0]["read"]["iops"]))'
+# ublk_pid ID: the pid serving ublk device ID.
+ublk_pid() {
+  "$URNBD_BIN" ublk list --format json |
+    python3 -c 'import json,sys; print(next(d["pid"] for d in json.load(sys.stdin) if d["id"] == int(sys.argv[1])))' "$1"
 }
+batch_offered() { "$URNBD_BIN" ublk features --format json | python3 -c 'import json,sys; sys.exit("batch_io" not in json.load(sys.stdin)["offered"])'; }
 
-ublk_null=$("$URNBD_BIN" ublk add null --size 4G)
+names=("null_blk")
+DEV[null_blk]=/dev/nullb0
+add() { # add NAME ID DEVICE-PATH: a configuration served by ublk device ID
+  names+=("$1")
+  DEV[$1]=$3
+  DAEMON[$1]=$(ublk_pid "$2")
+}
+add urnbd-null 0 "$("$URNBD_BIN" ublk add null --id 0 --size 4G)"
+if batch_offered; then
+  add urnbd-null-pertag 1 "$("$URNBD_BIN" ublk add null --id 1 --size 4G --no-batch-io)"
+fi
+if [[ -n ${KUBLK:-} ]]; then
+  queues=$(nproc)
+  "$KUBLK" add -t null -n 3 -q "$queues" -d 128 >/dev/null
+  add kublk-null 3 /dev/ublkb3
+  if batch_offered; then
+    "$KUBLK" add -t null -n 4 -q "$queues" -d 128 -b >/dev/null
+    add kublk-null-batch 4 /dev/ublkb4
+  fi
+fi
 file=/tmp/bench.img
 truncate -s 1G "$file"
 dd if=/dev/urandom of="$file" bs=1M count=1024 status=none conv=notrunc
-ublk_loop=$("$URNBD_BIN" ublk add loop --file "$file")
-kloop=$(losetup --direct-io=on --show -f "$file" 2>/dev/null || losetup --show -f "$file")
+names+=(kernel-loop)
+DEV[kernel-loop]=$(losetup --direct-io=on --show -f "$file" 2>/dev/null || losetup --show -f "$file")
+add urnbd-loop 2 "$("$URNBD_BIN" ublk add loop --id 2 --file "$file")"
 
-r_nullb=$(iops /dev/nullb0)
-r_unull=$(iops "$ublk_null")
-r_kloop=$(iops "$kloop")
-r_uloop=$(iops "$ublk_loop")
+counting_start
+rounds_run "$runs" "${names[@]}"
+[[ -n ${keep:-} ]] && perf_stop "$keep"
+[[ -n ${KUBLK:-} ]] && "$KUBLK" del -a >/dev/null 2>&1
 "$URNBD_BIN" ublk del --all >/dev/null
-losetup -d "$kloop"
+losetup -d "${DEV[kernel-loop]}"
 
-ratio() { python3 -c "print(f'{$1/$2:.2f}')"; }
 {
-  echo "fio 4k randread QD32, io_uring, O_DIRECT, ${runtime}s; lab VM (qemu TCG, $(nproc) vCPUs), $(uname -r)"
-  printf '%-34s %10s\n' "device" "IOPS"
-  printf '%-34s %10s\n' "null_blk (kernel)" "$r_nullb"
-  printf '%-34s %10s\n' "ublk null (urnbd)" "$r_unull"
-  printf '%-34s %10s\n' "loop (kernel, dio, file on tmpfs)" "$r_kloop"
-  printf '%-34s %10s\n' "ublk loop (urnbd, same file)" "$r_uloop"
-  echo "ratio ublk null / null_blk: $(ratio "$r_unull" "$r_nullb")"
-  echo "ratio ublk loop / kernel loop: $(ratio "$r_uloop" "$r_kloop")"
+  table "ublk frontend" "${names[@]}"
+  echo "ratios to null_blk (4k randread, 4k randwrite, 128k read):"
+  for n in "${names[@]}"; do
+    [[ $n == null_blk || $n == *loop ]] && continue
+    printf '  %-20s %s\n' "$n" "$(ratios "$n" null_blk)"
+  done
+  echo "urnbd loop / kernel loop: $(ratios urnbd-loop kernel-loop)"
+  costs_table
 } | tee "$out"
