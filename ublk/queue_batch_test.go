@@ -3,7 +3,6 @@ package ublk
 import (
 	"errors"
 	"testing"
-
 	"unsafe"
 
 	"golang.org/x/sys/unix"
