@@ -101,6 +101,15 @@ func (q *Queue) queueCmd(op uint32, tag uint16, res int32) {
 	cmd.Addr = q.bufAddr(tag)
 }
 
+// pow2AtLeast returns the least power of two that is n or more.
+func pow2AtLeast(n int) uint32 {
+	v := uint32(1)
+	for v < uint32(n) {
+		v <<= 1
+	}
+	return v
+}
+
 // ioCmdOf returns the 16-byte command area of a 64-byte entry: sqe->cmd at
 // offset 48, over Addr3 and the padding after it. Set after PrepUringCmd.
 func ioCmdOf(sqe *uring.SQE) *IOCmd {
@@ -118,10 +127,7 @@ func (q *Queue) setup(target Target) error {
 	q.descMem = mem
 	q.descs = unsafe.Slice((*IODesc)(unsafe.Pointer(&mem[0])), q.depth)
 
-	entries := uint32(1)
-	for entries < uint32(2*q.depth) {
-		entries <<= 1
-	}
+	entries := pow2AtLeast(2 * q.depth)
 	// One thread submits, and reaps completions only when it waits.
 	q.ring, err = uring.NewLoop(entries)
 	if err != nil {

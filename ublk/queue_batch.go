@@ -75,10 +75,7 @@ func (q *Queue) setupBatch() error {
 		b.elemWords = 1
 	}
 	q.batch = b
-	entries := uint32(1)
-	for entries < uint32(q.depth) {
-		entries <<= 1
-	}
+	entries := pow2AtLeast(q.depth)
 	var err error
 	if b.fetchBufs, err = q.ring.RegisterBufRing(entries, fetchGroup); err != nil {
 		return fmt.Errorf("queue %d: %w", q.id, err)

@@ -2,6 +2,7 @@ package ublk
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"unsafe"
 
@@ -61,7 +62,7 @@ func TestHandleCommit(t *testing.T) {
 			if b.busy[0] || b.inflight != 0 {
 				t.Errorf("%d words, %s: slot still busy (%v, %d in flight)", ew, tc.name, b.busy[0], b.inflight)
 			}
-			if got := pendingTags(q); !equalTags(got, tc.pending) {
+			if got := pendingTags(q); !slices.Equal(got, tc.pending) {
 				t.Errorf("%d words, %s: committed again %v, want %v", ew, tc.name, got, tc.pending)
 			}
 			if (q.err != nil) != tc.err || (q.err != nil && !errors.Is(q.err, unix.EIO)) {
@@ -90,7 +91,7 @@ func TestCompleteBatchAccounting(t *testing.T) {
 	for _, tag := range []uint16{7, 0, 3} {
 		q.Complete(tag, 512)
 	}
-	if b.held != 0 || b.pending != 3 || !equalTags(pendingTags(q), []uint16{7, 0, 3}) {
+	if b.held != 0 || b.pending != 3 || !slices.Equal(pendingTags(q), []uint16{7, 0, 3}) {
 		t.Fatalf("held %d, pending %v", b.held, pendingTags(q))
 	}
 	for i := range b.busy {
@@ -103,16 +104,4 @@ func TestCompleteBatchAccounting(t *testing.T) {
 	if !b.running() {
 		t.Error("a queue with elements to commit reports it is done")
 	}
-}
-
-func equalTags(a, b []uint16) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -150,8 +150,7 @@ func iovAddr(iovs []unix.Iovec) uint64 {
 // PrepReadFixed prepares an IORING_OP_READ_FIXED into registered buffer
 // bufIndex (see Ring.RegisterBuffers); buf..buf+n must lie inside it.
 func (s *SQE) PrepReadFixed(fd int32, buf unsafe.Pointer, n uint32, off uint64, bufIndex uint16, userData uint64) {
-	s.prepRW(OpReadFixed, fd, addr(buf), n, off, userData)
-	s.BufIndex = bufIndex
+	s.PrepReadFixedAt(fd, addr(buf), n, off, bufIndex, userData)
 }
 
 // PrepReadFixedAt prepares an IORING_OP_READ_FIXED into registered buffer
@@ -171,8 +170,7 @@ func (s *SQE) PrepWriteFixedAt(fd int32, bufAddr uint64, n uint32, off uint64, b
 // PrepWriteFixed prepares an IORING_OP_WRITE_FIXED from registered buffer
 // bufIndex.
 func (s *SQE) PrepWriteFixed(fd int32, buf unsafe.Pointer, n uint32, off uint64, bufIndex uint16, userData uint64) {
-	s.prepRW(OpWriteFixed, fd, addr(buf), n, off, userData)
-	s.BufIndex = bufIndex
+	s.PrepWriteFixedAt(fd, addr(buf), n, off, bufIndex, userData)
 }
 
 // PrepFsync prepares an IORING_OP_FSYNC of the whole file; flags is 0 or

@@ -36,12 +36,13 @@ EOS
 chmod +x .cache/lab/bench-guest.sh
 # Each lab kernel (URNBD_LAB_KERNELS picks), the TCP comparison in a boot
 # of its own (it needs null_blk with its own device count).
+# The kernel's own ublk server beside urnbd's, built once from 7.3's source
+# (which build-rnbd of the 7.x kernel downloads).
+URNBD_KUBLK=$(LAB_KERNEL=7 tools/lab/lab build-rnbd >/dev/null && tools/bench/build-kublk.sh | tail -1)
+export URNBD_KUBLK
 for k in ${URNBD_LAB_KERNELS:-6.12 7}; do
   export LAB_KERNEL=$k
   tools/lab/lab build-rnbd
-  # The kernel's own ublk server beside urnbd's (built once, from 7.3).
-  URNBD_KUBLK=$(LAB_KERNEL=7 tools/lab/lab build-rnbd >/dev/null && tools/bench/build-kublk.sh | tail -1)
-  export URNBD_KUBLK
   out=.cache/bench/lab-$k-$(date +%Y%m%d-%H%M%S)
   URNBD_BIN="$root/.cache/lab/bin/urnbd" tools/lab/lab run --out "$out" -- .cache/lab/bench-guest.sh
   URNBD_BIN="$root/.cache/lab/bin/urnbd" tools/lab/lab run --out "$out-tcp" -- tools/bench/tcp-lab.sh
