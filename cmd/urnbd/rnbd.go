@@ -42,7 +42,7 @@ func serverCommand() *cli.Command {
 			&cli.StringFlag{Name: "dev-search-path", Usage: "`DIR` the clients' device paths are relative to; files and block devices are exported only beneath it, and only when it is given (the kernel's server defaults to /, the whole host: say --dev-search-path / for that)"},
 			&cli.IntFlag{Name: "queue-depth", Value: rtrs.DefaultSessQueueDepth, Usage: "chunks per session (sess_queue_depth)"},
 			&cli.StringFlag{Name: "max-chunk-size", Value: "128K", Usage: "chunk `SIZE` (max_chunk_size, a power of two); max I/O is 4K less"},
-			&cli.StringFlag{Name: "backend-io", Value: "sync", Usage: "`MODE` of file and block device I/O: sync (on the thread that took the request, one at a time; lowest latency on a fast device), uring (io_uring worker threads, requests overlap on the backend) or loop (over RDMA on the server loop's own io_uring, batched with its wait; over TCP as sync)"},
+			&cli.StringFlag{Name: "backend-io", Value: "loop", Usage: "`MODE` of file and block device I/O: loop (over RDMA on the server loop's own io_uring, submitted with its wait: no system call of its own; over TCP as sync), sync (on the thread that took the request, one at a time) or uring (io_uring worker threads, requests overlap on the backend)"},
 			&cli.StringSliceFlag{Name: "memory", Usage: "export a device held in memory as `NAME=SIZE` (device_path=NAME; zeros at start, lost at exit; for demos and benchmarks); repeatable"},
 			&cli.IntFlag{Name: "max-sessions", Value: rtrs.DefaultMaxSessions, Usage: "sessions held at once; one more is refused (ENOSPC)"},
 			&cli.IntFlag{Name: "max-conns-per-peer", Value: rtrs.DefaultMaxConnsPerPeer, Usage: "connections one client address holds at once; one more is refused (EBUSY)"},
