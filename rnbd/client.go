@@ -208,8 +208,8 @@ func (c *Client) Map(ctx context.Context, ctrl *ublk.Control, devName string, mo
 
 // Recover serves again ublk device id, which a client that died mapped from
 // devName (ublk user recovery: the device waited, quiesced, and the I/O
-// it had in flight is issued again). The server's device must have the
-// size the ublk device has, and the session as many queues.
+// it had in flight is issued again). The server's device must be at least
+// as large as the ublk device, and the session have as many queues.
 func (c *Client) Recover(ctx context.Context, ctrl *ublk.Control, id uint32, devName string, mode AccessMode) (*Device, error) {
 	info, err := ctrl.DevInfo(id)
 	if err != nil {
@@ -222,9 +222,10 @@ func (c *Client) Recover(ctx context.Context, ctrl *ublk.Control, id uint32, dev
 	if err != nil {
 		return nil, err
 	}
-	if sectors, err := blockSectors(id); err != nil || sectors != d.geo.NSectors {
+	// Smaller is fine: Resize may have set the device below the server's.
+	if sectors, err := blockSectors(id); err != nil || sectors > d.geo.NSectors {
 		d.close(ctx)
-		return nil, fmt.Errorf("rnbd: recover %s: %d sectors (%v), %s on the server %d: %w", ublk.BlockPath(id), sectors, err, devName, d.geo.NSectors, syscall.EINVAL)
+		return nil, fmt.Errorf("rnbd: recover %s: %d sectors (%v), more than %s on the server, %d: %w", ublk.BlockPath(id), sectors, err, devName, d.geo.NSectors, syscall.EINVAL)
 	}
 	buffers, err := d.acquire(ctx, int(info.NrHWQueues)*int(info.QueueDepth)*int(info.MaxIOBufBytes))
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"path"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -19,7 +20,7 @@ type backend struct {
 	mem      *memoryStore
 	f        *os.File
 	fd       int
-	size     uint64
+	size     atomic.Uint64 // bytes; a session's repeated open updates it
 	lbs      uint32
 	blockDev bool
 	readOnly bool
@@ -199,15 +200,17 @@ func newFileBackend(fd int, st *unix.Stat_t, name string, readOnly bool) (*backe
 	b := &backend{fd: fd, lbs: 512, readOnly: readOnly, path: name}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFREG:
-		b.size = uint64(st.Size)
+		b.size.Store(uint64(st.Size))
 		b.key = fmt.Sprintf("%d:%d", st.Dev, st.Ino)
 	case unix.S_IFBLK:
 		b.blockDev = true
 		b.key = fmt.Sprintf("blk:%d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev))
-		if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.BLKGETSIZE64, uintptr(unsafe.Pointer(&b.size))); e != 0 {
+		var size uint64
+		if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.BLKGETSIZE64, uintptr(unsafe.Pointer(&size))); e != 0 {
 			unix.Close(fd)
 			return nil, fmt.Errorf("BLKGETSIZE64: %w", e)
 		}
+		b.size.Store(size)
 		if lbs, err := unix.IoctlGetInt(fd, unix.BLKSSZGET); err == nil && lbs > 0 {
 			b.lbs = uint32(lbs)
 		}
@@ -228,7 +231,7 @@ func (b *backend) close() {
 
 // geometry fills the device part of an OpenRsp.
 func (b *backend) geometry(rsp *OpenRsp, maxIO int) {
-	rsp.NSectors = b.size >> 9
+	rsp.NSectors = b.size.Load() >> 9
 	rsp.LogicalBlockSize = uint16(b.lbs)
 	rsp.PhysicalBlockSize = 4096
 	if uint32(rsp.PhysicalBlockSize) < b.lbs {
@@ -247,7 +250,7 @@ func (b *backend) geometry(rsp *OpenRsp, maxIO int) {
 // check returns 0 if op may run on the backend, else -errno: EIO out of
 // range, EROFS a change to a read-only mapping.
 func (b *backend) check(op IOOp, off int64, n int) int {
-	if op != OpFlush && (off < 0 || uint64(off)+uint64(n) > b.size) {
+	if op != OpFlush && (off < 0 || uint64(off)+uint64(n) > b.size.Load()) {
 		return -int(syscall.EIO)
 	}
 	if b.readOnly && op != OpRead && op != OpFlush {

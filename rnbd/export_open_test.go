@@ -107,8 +107,8 @@ func TestOpenExportRegularFile(t *testing.T) {
 	writeFile(t, filepath.Join(root, "big"), 1<<20)
 	for _, ro := range []bool{true, false} {
 		b := mustOpenExport(t, root, "s", "big", ro)
-		if b.size != 1<<20 || b.lbs != 512 || b.blockDev || b.readOnly != ro {
-			t.Errorf("ro=%v: size %d lbs %d blockDev %v readOnly %v", ro, b.size, b.lbs, b.blockDev, b.readOnly)
+		if b.size.Load() != 1<<20 || b.lbs != 512 || b.blockDev || b.readOnly != ro {
+			t.Errorf("ro=%v: size %d lbs %d blockDev %v readOnly %v", ro, b.size.Load(), b.lbs, b.blockDev, b.readOnly)
 		}
 		if want := filepath.Join(root, "big"); b.path != want {
 			t.Errorf("path %q, want %q", b.path, want)
@@ -138,8 +138,8 @@ func TestOpenExportRegularFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeFile(t, filepath.Join(root, "sub", "g"), 512)
-	if b := mustOpenExport(t, root+"/", "s", "./sub//g", true); b.size != 512 {
-		t.Errorf("sub/g: size %d", b.size)
+	if b := mustOpenExport(t, root+"/", "s", "./sub//g", true); b.size.Load() != 512 {
+		t.Errorf("sub/g: size %d", b.size.Load())
 	}
 }
 
@@ -176,8 +176,8 @@ func TestOpenExportBlockDevice(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.f.Close()
-	if !b.blockDev || b.size != 8<<20 || b.lbs != 512 {
-		t.Errorf("blockDev %v size %d lbs %d, want true %d 512", b.blockDev, b.size, b.lbs, 8<<20)
+	if !b.blockDev || b.size.Load() != 8<<20 || b.lbs != 512 {
+		t.Errorf("blockDev %v size %d lbs %d, want true %d 512", b.blockDev, b.size.Load(), b.lbs, 8<<20)
 	}
 	if want := fmt.Sprintf("blk:%d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev)); b.key != want {
 		t.Errorf("key %q, want %q", b.key, want)
@@ -202,8 +202,8 @@ func TestOpenExportSymlinkInside(t *testing.T) {
 	symlink(t, "l", filepath.Join(root, "chain"))        // link to a link
 	want := fileKey(t, filepath.Join(root, "f"))
 	for _, name := range []string{"l", "sub/up", "dirlink/up", "chain"} {
-		if b := mustOpenExport(t, root, "s", name, true); b.key != want || b.size != 4096 {
-			t.Errorf("%s: key %q size %d, want %q 4096", name, b.key, b.size, want)
+		if b := mustOpenExport(t, root, "s", name, true); b.key != want || b.size.Load() != 4096 {
+			t.Errorf("%s: key %q size %d, want %q 4096", name, b.key, b.size.Load(), want)
 		}
 	}
 }
@@ -454,8 +454,8 @@ func TestOpenExportSwapInside(t *testing.T) {
 		}
 		got := fdKey(t, b.fd)
 		b.f.Close()
-		if size, known := sizes[got]; !known || b.key != got || b.size != size {
-			t.Fatalf("opened %s (key %s, size %d); want one of %v", got, b.key, b.size, sizes)
+		if size, known := sizes[got]; !known || b.key != got || b.size.Load() != size {
+			t.Fatalf("opened %s (key %s, size %d); want one of %v", got, b.key, b.size.Load(), sizes)
 		}
 		ok++
 	}

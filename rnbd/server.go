@@ -309,7 +309,8 @@ func (s *Server) open(io *request) int {
 	switch {
 	case err != nil:
 	case isMem:
-		be = &backend{mem: mem, size: uint64(len(mem.mem)), lbs: 512, readOnly: ro, key: memoryPrefix + name, path: memoryPrefix + name}
+		be = &backend{mem: mem, lbs: 512, readOnly: ro, key: memoryPrefix + name, path: memoryPrefix + name}
+		be.size.Store(uint64(len(mem.mem)))
 	case s.cfg.DevSearchPath == "":
 		err = fmt.Errorf("no such memory export, and no files are exported (no dev_search_path): %w", syscall.ENOENT)
 	default:
@@ -331,6 +332,13 @@ func (s *Server) open(io *request) int {
 	var rsp OpenRsp
 	rsp.DeviceID = uint32(id)
 	if d != nil {
+		if !added {
+			// A repeated open (a client's resize asks so): the size is
+			// the export's now, for the answer and for the range check
+			// of the mapping's I/O, as the kernel's server reads it
+			// from the block device each time.
+			d.be.size.Store(be.size.Load())
+		}
 		d.be.geometry(&rsp, s.cfg.MaxIOSize)
 	}
 	s.mu.Unlock()

@@ -585,3 +585,46 @@ func TestServerAsyncIO(t *testing.T) {
 		t.Error("the backing file does not hold what was written")
 	}
 }
+
+// TestServerRepeatedOpenFollowsSize: a session's repeated open of an export
+// answers its size now, and the mapping's I/O is range-checked against it,
+// as the kernel's server reads the block device's size each time (what a
+// client's resize asks).
+func TestServerRepeatedOpenFollowsSize(t *testing.T) {
+	dir := t.TempDir()
+	path := mkFile(t, dir, "disk.img", 1<<20, 0)
+	tc := dialRNBD(t, testServer(t, dir), "sess-grow")
+	rsp := tc.mustOpen("disk.img", AccessRW)
+	data := bytes.Repeat([]byte{0xa5}, 4096)
+	if e := tc.io(rsp.DeviceID, OpWrite, 0, 1<<20, data, len(data)); e != -int(syscall.EIO) {
+		t.Fatalf("write past the end: errno %d, want -EIO", e)
+	}
+	if err := os.Truncate(path, 2<<20); err != nil {
+		t.Fatal(err)
+	}
+	// The range check stays at what the server last answered until the
+	// session opens it again.
+	if e := tc.io(rsp.DeviceID, OpWrite, 0, 1<<20, data, len(data)); e != -int(syscall.EIO) {
+		t.Errorf("write past the answered end after the file grew: errno %d, want -EIO", e)
+	}
+	again := tc.mustOpen("disk.img", AccessRW)
+	if again.DeviceID != rsp.DeviceID || again.NSectors != 2<<20>>9 {
+		t.Fatalf("repeated open after growing: id %d, %d sectors; want id %d, %d", again.DeviceID, again.NSectors, rsp.DeviceID, 2<<20>>9)
+	}
+	if e := tc.io(rsp.DeviceID, OpWrite, 0, 1<<20, data, len(data)); e != 0 {
+		t.Fatalf("write in the grown part: errno %d", e)
+	}
+	onDisk, _ := os.ReadFile(path)
+	if !bytes.Equal(onDisk[1<<20:1<<20+4096], data) {
+		t.Error("the file does not hold the write in the grown part")
+	}
+	if err := os.Truncate(path, 512<<10); err != nil {
+		t.Fatal(err)
+	}
+	if shrunk := tc.mustOpen("disk.img", AccessRW); shrunk.NSectors != 512<<10>>9 {
+		t.Errorf("repeated open after shrinking: %d sectors, want %d", shrunk.NSectors, 512<<10>>9)
+	}
+	if e := tc.io(rsp.DeviceID, OpRead, 0, 512<<10, data, len(data)); e != -int(syscall.EIO) {
+		t.Errorf("read past the shrunk end: errno %d, want -EIO", e)
+	}
+}

@@ -161,6 +161,39 @@ func unmapCommand() *cli.Command {
 	}
 }
 
+func resizeCommand() *cli.Command {
+	return &cli.Command{
+		Name: "resize",
+		Usage: "set a mapped device's size to its size on the server now (after the export grew or shrank), " +
+			"or to SIZE, which must not exceed it; needs the ublk driver's update_size (Linux 7.x)",
+		ArgsUsage: "/dev/ublkbN | N [SIZE]",
+		Action: func(c *cli.Context) error {
+			if c.NArg() < 1 || c.NArg() > 2 {
+				return fmt.Errorf("resize: name one device, and a size or none: %w", unix.EINVAL)
+			}
+			id, err := parseID(c.Args().First())
+			if err != nil {
+				return err
+			}
+			req := &clientd.Request{Op: "resize", Device: id}
+			if c.NArg() == 2 {
+				if req.Size, err = parseSize(c.Args().Get(1)); err != nil {
+					return err
+				}
+				if req.Size == 0 {
+					return fmt.Errorf("resize: size 0: %w", unix.EINVAL)
+				}
+			}
+			rep, err := askDaemon(req, "resize: "+ublk.BlockPath(id)+" is not mapped")
+			if err != nil {
+				return err
+			}
+			fmt.Printf("%s: %d bytes\n", ublk.BlockPath(id), rep.Size)
+			return nil
+		},
+	}
+}
+
 func listCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "list",
@@ -308,6 +341,8 @@ func (d *clientDaemon) handle(req *clientd.Request) (*clientd.Reply, error) {
 		rep.Device, err = d.mapDev(req)
 	case "unmap":
 		err = d.unmapDev(req.Device, req.Force)
+	case "resize":
+		rep.Size, err = d.reg.Resize(context.Background(), req.Device, req.Size)
 	case "list":
 		rep.Devices = d.reg.List()
 	case "stats":

@@ -35,6 +35,7 @@ func newApp() *cli.App {
 			serverCommand(),
 			mapCommand(),
 			unmapCommand(),
+			resizeCommand(),
 			listCommand(),
 			statsCommand(),
 			traceCommand(),

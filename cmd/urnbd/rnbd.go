@@ -420,6 +420,7 @@ func clientCommand() *cli.Command {
 					},
 				},
 				unmapCommand(),
+				resizeCommand(),
 				listCommand(),
 			},
 		}, pathCommand(), sessionCommand(), clientDaemonCommand()},

@@ -12,7 +12,7 @@ import (
 
 // Request is a request to the daemon.
 type Request struct {
-	Op     string   `json:"op"` // map, unmap, list, stats, path, session-set
+	Op     string   `json:"op"` // map, unmap, resize, list, stats, path, session-set
 	Spec   *MapSpec `json:"spec,omitempty"`
 	Queues int      `json:"queues,omitempty"`
 	// SessionDevices is --session-devices: 0 when not given.
@@ -20,6 +20,8 @@ type Request struct {
 	Depth          int    `json:"depth,omitempty"`
 	Device         uint32 `json:"device,omitempty"`
 	Force          bool   `json:"force,omitempty"`
+	// Size is a resize request's size in bytes: 0 for the server's.
+	Size uint64 `json:"size,omitempty"`
 	// path and session-set requests
 	Session string `json:"session,omitempty"`
 	PathOp  string `json:"path_op,omitempty"`
@@ -31,7 +33,9 @@ type Request struct {
 // Reply is the daemon's answer.
 type Reply struct {
 	ctlsock.Status
-	Device  string      `json:"device,omitempty"`
+	Device string `json:"device,omitempty"`
+	// Size is the size a resize set, in bytes.
+	Size    uint64      `json:"size,omitempty"`
 	Devices []ListEntry `json:"devices,omitempty"`
 	// Stats is the stats request's report, as the daemon encoded it.
 	Stats json.RawMessage `json:"stats,omitempty"`

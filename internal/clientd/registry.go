@@ -312,6 +312,23 @@ func (r *Registry) Unmap(ctx context.Context, id uint32, force bool) (last bool,
 	return last, err
 }
 
+// Resize sets the size of mapped device id to the server's device size
+// now, or to size bytes if size is not 0 (rnbd.Device.Resize), and returns
+// the size set.
+func (r *Registry) Resize(ctx context.Context, id uint32, size uint64) (uint64, error) {
+	r.mu.Lock()
+	d := r.devices[id]
+	unmapping := d != nil && d.unmapping
+	r.mu.Unlock()
+	switch {
+	case d == nil || d.Dev == nil:
+		return 0, fmt.Errorf("resize: %s is not a mapped RNBD device: %w", ublk.BlockPath(id), syscall.ENOENT)
+	case unmapping:
+		return 0, fmt.Errorf("resize: %s is being unmapped: %w", ublk.BlockPath(id), syscall.EBUSY)
+	}
+	return d.Dev.Resize(ctx, size)
+}
+
 // UnmapAll unmaps every device, in use or not: for a daemon that stops.
 func (r *Registry) UnmapAll(ctx context.Context) {
 	for _, d := range r.Devices() {

@@ -10,7 +10,12 @@
 #   4. a flush (fsync of the mapped device: the block layer's pure
 #      preflush) reaches the backend as a flush, both ways: the backend is
 #      a null_blk with a volatile write cache, which counts the flushes it
-#      completes.
+#      completes;
+#   5. `urnbd resize` of a device mapped from the kernel's rnbd_server
+#      follows its loop device as it grows (the kernel's server answers a
+#      repeated open with the size now), and I/O reaches the part it grew
+#      by; without the ublk driver's update_size (6.12) resize is refused
+#      with EOPNOTSUPP.
 # Needs the kernel modules built by `tools/lab/lab build-rnbd` and URNBD_BIN.
 set -euo pipefail
 here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
@@ -147,3 +152,35 @@ flushed "$dev" "urnbd client -> kernel server $(uname -r)"
 modprobe -r rnbd_server || true
 echo 0 >"$cfg/power"; rmdir "$cfg"
 say "4. PASS: a flush reaches the backend through our server and through our client"
+
+say "5. resize to the kernel server's device size"
+modprobe rnbd_server dev_search_path=/ || fail "modprobe rnbd_server"
+truncate -s 64M /tmp/interop/grow.img
+loop=$(losetup --find --show /tmp/interop/grow.img) || fail "losetup"
+trap 'losetup -d $loop 2>/dev/null || true' EXIT
+dev=$("$urnbd" map sessname=interop6 transport=rdma path=ip:192.0.2.1@ip:192.0.2.2 device_path="$loop") ||
+  fail "urnbd map $loop from the kernel server"
+truncate -s 128M /tmp/interop/grow.img
+losetup -c "$loop" || fail "losetup -c $loop"
+[ "$(blockdev --getsize64 "$loop")" = 134217728 ] || fail "$loop did not grow to 128 MiB"
+if "$urnbd" list --format json | grep -q '"update_size"'; then
+  out=$("$urnbd" resize "$dev" 2>&1) || fail "urnbd resize $dev: $out"
+  [ "$(blockdev --getsize64 "$dev")" = 134217728 ] || fail "$dev is $(blockdev --getsize64 "$dev") bytes after resize, want 134217728 ($out)"
+  dd if=/dev/urandom of=/tmp/interop/tail.bin bs=64k count=1 status=none
+  dd if=/tmp/interop/tail.bin of="$dev" bs=64k seek=2000 oflag=direct status=none || fail "write beyond the old end of $dev"
+  cmp <(dd if="$loop" bs=64k skip=2000 count=1 iflag=direct status=none) /tmp/interop/tail.bin ||
+    fail "what was written beyond the old end of $dev is not on $loop"
+  say "5. PASS: $out, and I/O beyond the old end reaches $loop"
+else
+  set +e
+  out=$("$urnbd" resize "$dev" 2>&1)
+  rc=$?
+  set -e
+  [ $rc = 95 ] || fail "urnbd resize without update_size: exit $rc, want 95 (EOPNOTSUPP): $out"
+  [ "$(blockdev --getsize64 "$dev")" = 67108864 ] || fail "$dev changed size on a refused resize"
+  say "5. PASS: no update_size in this kernel's ublk driver: resize refused (EOPNOTSUPP), size unchanged"
+fi
+"$urnbd" unmap "$dev" >/dev/null || fail "urnbd unmap"
+losetup -d "$loop"
+trap - EXIT
+modprobe -r rnbd_server || true
