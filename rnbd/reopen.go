@@ -3,6 +3,7 @@ package rnbd
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log"
 	"syscall"
 	"time"
@@ -124,26 +125,45 @@ func (d *Device) reopen(ctx context.Context) error {
 	return nil
 }
 
+// errBadOpenRsp wraps an open response that does not decode or check.
+var errBadOpenRsp = errors.New("bad open response")
+
+// sendOpen sends the device's open again on its session and returns the
+// server's answer: a repeated open by a session opens nothing new, and the
+// answer carries the device's id and geometry now (reopen, Resize).
+func (d *Device) sendOpen(ctx context.Context) (OpenRsp, error) {
+	var rsp OpenRsp
+	m := Open{AccessMode: d.mode}
+	if err := m.SetDevName(d.name); err != nil {
+		return rsp, err
+	}
+	buf, err := d.c.call(ctx, "OPEN "+d.name, &m, false, OpenRspSize)
+	if err != nil {
+		return rsp, err
+	}
+	if err := rsp.Unmarshal(buf); err != nil {
+		return rsp, fmt.Errorf("%w: %w", errBadOpenRsp, err)
+	}
+	if err := rsp.Check(); err != nil {
+		return rsp, fmt.Errorf("%w: %w", errBadOpenRsp, err)
+	}
+	return rsp, nil
+}
+
 // openAgain sends the device's open; it returns invalidDeviceID if the
 // server refused it or answered another geometry.
 func (d *Device) openAgain(ctx context.Context) (uint32, error) {
-	m := Open{AccessMode: d.mode}
-	if err := m.SetDevName(d.name); err != nil {
-		return 0, err
-	}
-	buf, err := d.c.call(ctx, "OPEN "+d.name, &m, false, OpenRspSize)
+	rsp, err := d.sendOpen(ctx)
 	var errno syscall.Errno
 	switch {
+	case errors.Is(err, errBadOpenRsp):
+		log.Printf("rnbd: %s: %v after the session reconnected: its I/O fails", d.name, err)
+		return invalidDeviceID, nil
 	case errors.As(err, &errno) && errno != syscall.ENOTCONN:
 		log.Printf("rnbd: %s: the server refused to reopen it after the session reconnected (%v): its I/O fails", d.name, err)
 		return invalidDeviceID, nil
 	case err != nil:
 		return 0, err
-	}
-	var rsp OpenRsp
-	if err := rsp.Unmarshal(buf); err != nil || rsp.Check() != nil {
-		log.Printf("rnbd: %s: bad open response after the session reconnected: its I/O fails", d.name)
-		return invalidDeviceID, nil
 	}
 	if rsp.NSectors != d.geo.NSectors || rsp.LogicalBlockSize != d.geo.LogicalBlockSize {
 		log.Printf("rnbd: %s: reopened with %d sectors of %d bytes, was %d of %d: its I/O fails", d.name,

@@ -33,20 +33,9 @@ func (d *Device) Resize(ctx context.Context, size uint64) (uint64, error) {
 	if !d.Open() {
 		return 0, fmt.Errorf("rnbd: resize %s: the device is not open on the server (its session is down or the server refused it): %w", path, syscall.ENOTCONN)
 	}
-	m := Open{AccessMode: d.mode}
-	if err := m.SetDevName(d.name); err != nil {
-		return 0, fmt.Errorf("rnbd: resize %s: %w", path, err)
-	}
-	buf, err := d.c.call(ctx, "OPEN "+d.name, &m, false, OpenRspSize)
+	rsp, err := d.sendOpen(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("rnbd: resize %s: %w", path, err)
-	}
-	var rsp OpenRsp
-	if err := rsp.Unmarshal(buf); err != nil {
-		return 0, fmt.Errorf("rnbd: resize %s: open response: %w", path, err)
-	}
-	if err := rsp.Check(); err != nil {
-		return 0, fmt.Errorf("rnbd: resize %s: open response: %w", path, err)
 	}
 	if rsp.DeviceID != d.id.Load() || rsp.LogicalBlockSize != d.geo.LogicalBlockSize {
 		return 0, fmt.Errorf("rnbd: resize %s: the server answered device %d with %d-byte blocks, mapped as device %d with %d-byte blocks: %w",
