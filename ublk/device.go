@@ -159,6 +159,9 @@ type Device struct {
 	queues  []*Queue
 	done    chan struct{}
 	wg      sync.WaitGroup
+
+	mu       sync.Mutex // orders Handover's wake-ups before release
+	released bool       // the queues' eventfds are closed
 }
 
 // BlockPath returns the path of device id's block device.
@@ -175,9 +178,10 @@ const UsedFeatures = FlagCmdIoctlEncode | FlagUserRecovery | FlagUserRecoveryRei
 // driver offers them, and what each gives: FlagSafeStopDev makes TryStop
 // atomic against opens, FlagUpdateSize lets Resize change a started
 // device's size (without them TryStop and Resize fail with EOPNOTSUPP),
-// and FlagBatchIO lets each queue fetch and commit many requests per
-// command (Options.NoBatchIO turns it down).
-const OptionalFeatures = FlagSafeStopDev | FlagUpdateSize | FlagBatchIO
+// FlagBatchIO lets each queue fetch and commit many requests per command
+// (Options.NoBatchIO turns it down), and FlagQuiesce lets Handover have
+// the driver stop handing out requests (only with user recovery).
+const OptionalFeatures = FlagSafeStopDev | FlagUpdateSize | FlagBatchIO | FlagQuiesce
 
 // Wanted returns the features Create asks for of a driver that offers
 // offered: UsedFeatures, and those of OptionalFeatures it offers.
@@ -198,6 +202,9 @@ func Create(ctrl *Control, opts Options, target Target) (*Device, error) {
 			return nil, fmt.Errorf("ublk driver lacks features %#x (has %#x): %w", want&^features, features, unix.EOPNOTSUPP)
 		}
 		want |= features & OptionalFeatures
+		if opts.NoRecovery {
+			want &^= FlagQuiesce // the driver refuses it without recovery
+		}
 		if opts.NoBatchIO {
 			want &^= FlagBatchIO
 		}
@@ -343,7 +350,14 @@ func (d *Device) startQueues(target Target, buffers []byte, maxIO int) error {
 		if err != nil {
 			cpus = unix.CPUSet{}
 		}
+		wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+		if err != nil {
+			d.release()
+			close(d.done) // no queue ran
+			return fmt.Errorf("queue %d: eventfd: %w", i, err)
+		}
 		q := &Queue{
+			wakeFd: wake,
 			id:     uint16(i),
 			depth:  depth,
 			maxIO:  maxIO,
@@ -372,6 +386,12 @@ func (d *Device) launch(target Target, ready chan error) error {
 	}
 	go func() {
 		d.wg.Wait()
+		for _, q := range d.queues {
+			if q.orphan != nil {
+				waitThreadGone(q.tid)
+				q.orphan.Close()
+			}
+		}
 		d.release()
 		close(d.done)
 	}()
@@ -384,7 +404,24 @@ func (d *Device) launch(target Target, ready chan error) error {
 	return first
 }
 
+// waitThreadGone waits, up to 5 s, until thread tid of this process has
+// exited.
+func waitThreadGone(tid int) {
+	path := fmt.Sprintf("/proc/self/task/%d", tid)
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+			return
+		}
+	}
+}
+
 func (d *Device) release() {
+	d.mu.Lock()
+	for _, q := range d.queues {
+		unix.Close(q.wakeFd)
+	}
+	d.released = true
+	d.mu.Unlock()
 	if d.char != nil {
 		d.char.Close()
 	}

@@ -3,6 +3,7 @@ package ublk
 import (
 	"fmt"
 	"runtime"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -31,13 +32,31 @@ type Queue struct {
 	onCQE   func(*uring.CQE) // q.handleCQE, made once so reaping does not allocate
 
 	live    int  // per-tag protocol: tags that the kernel has not aborted
+	handed  int  // per-tag protocol: tags with the handler, not completed
 	batchIO bool // the device runs the batch protocol (FlagBatchIO)
 	// autoBufReg: the kernel installs each request's pages as fixed
 	// buffer (tag) of the ring (FlagAutoBufReg), and no data is copied.
 	autoBufReg bool
 	batch      *batchQueue // its state, made by setup
 	err        error
+
+	// Handover: draining is set from another thread and wakeFd, an
+	// eventfd the ring polls (the Device's, which closes it), written;
+	// drain is the loop's copy, which dispatch reads. drainLeft is the
+	// loop's count of requests still with the handler, for Handover's
+	// error.
+	draining  atomic.Bool
+	drain     bool
+	wakeFd    int
+	drainLeft atomic.Int32
+	// tid is the queue's thread; a drained queue leaves its ring in
+	// orphan for the Device to close once that thread is gone.
+	tid    int
+	orphan *uring.Ring
 }
+
+// userDataWake is the user data of the poll of wakeFd.
+const userDataWake = 1 << 59
 
 // ID returns the queue's index.
 func (q *Queue) ID() uint16 { return q.id }
@@ -77,6 +96,7 @@ func (q *Queue) Complete(tag uint16, res int32) {
 		q.completeBatch(tag, res)
 		return
 	}
+	q.handed--
 	q.queueCmd(opCommitAndFetchReq, tag, res)
 }
 
@@ -140,6 +160,7 @@ func (q *Queue) setup(target Target) error {
 		return fmt.Errorf("queue %d: target: %w", q.id, err)
 	}
 	q.flusher, _ = q.handler.(Flusher)
+	q.GetSQE().PrepPollAdd(int32(q.wakeFd), unix.POLLIN, false, userDataWake)
 	if q.autoBufReg {
 		if err := q.ring.RegisterBuffersSparse(uint32(q.depth)); err != nil {
 			return fmt.Errorf("queue %d: %w", q.id, err)
@@ -162,6 +183,7 @@ func (q *Queue) setup(target Target) error {
 // is aborted (the device was stopped or deleted).
 func (q *Queue) run(target Target, ready chan<- error) {
 	runtime.LockOSThread()
+	q.tid = unix.Gettid()
 	defer procs.AddBlockingThread()() // the loop sleeps in io_uring_enter holding a P
 	// The thread stays locked: it exits with the goroutine rather than
 	// going back to the scheduler with a narrowed CPU affinity.
@@ -186,6 +208,13 @@ func (q *Queue) run(target Target, ready chan<- error) {
 func (q *Queue) loop() error {
 	var y procs.Yielder
 	for q.running() {
+		if q.draining.Load() {
+			q.drain = true
+			if q.drainDone() {
+				_, err := q.ring.Submit() // the last results
+				return err
+			}
+		}
 		y.Tick()
 		if _, err := q.ring.SubmitAndWait(1); err != nil {
 			return fmt.Errorf("queue %d: %w", q.id, err)
@@ -215,6 +244,8 @@ func (q *Queue) handleCQE(cqe *uring.CQE) {
 	case cqe.UserData&userDataTarget != 0:
 		q.handler.OnCompletion(cqe.UserData, cqe.Res, cqe.Flags)
 		return
+	case cqe.UserData == userDataWake:
+		return // a handover: the loop sees draining
 	case q.batch != nil:
 		q.handleBatchCQE(cqe)
 		return
@@ -235,8 +266,18 @@ func (q *Queue) handleCQE(cqe *uring.CQE) {
 	q.dispatch(tag)
 }
 
-// dispatch hands the request in tag's descriptor to the handler.
+// dispatch hands the request in tag's descriptor to the handler, unless
+// the queue drains for a handover: then the request stays with the kernel,
+// which issues it again to the next server.
 func (q *Queue) dispatch(tag uint16) {
+	if q.drain {
+		return
+	}
+	if q.batch != nil {
+		q.batch.held++
+	} else {
+		q.handed++
+	}
 	d := &q.descs[tag]
 	req := &q.reqs[tag]
 	req.Op = d.Op()
@@ -267,6 +308,14 @@ func (q *Queue) teardown() {
 	}
 	if q.batch != nil && q.batch.fetchBufs != nil {
 		q.batch.fetchBufs.Close()
+	}
+	if q.ring != nil && q.drain {
+		// A handover: the thread exits with the ring open, as a dead
+		// server's would, and the kernel's exit path cancels the
+		// queue's commands. Linux 6.12 loses a request whose delivery
+		// was under way if the ring closes first, while the thread
+		// lives: its quiesce then waits for that request for ever.
+		q.orphan, q.ring = q.ring, nil
 	}
 	if q.ring != nil {
 		q.ring.Close()

@@ -213,7 +213,6 @@ func (q *Queue) handleFetch(cqe *uring.CQE) {
 				q.fail(fmt.Errorf("queue %d: FETCH_IO_CMDS gave tag %d of %d: %w", q.id, tag, q.depth, unix.EPROTO))
 				continue
 			}
-			b.held++
 			q.dispatch(tag)
 		}
 		b.fetchBufs.Add(unsafe.Pointer(&buf[0]), uint32(b.fetchBufLn), bid)

@@ -23,6 +23,7 @@ const (
 	cmdGetFeatures       = 0x13
 	cmdDelDevAsync       = 0x14
 	cmdUpdateSize        = 0x15 // FlagUpdateSize
+	cmdQuiesceDev        = 0x16 // FlagQuiesce
 	cmdTryStopDev        = 0x17 // FlagSafeStopDev
 )
 
@@ -68,6 +69,7 @@ var (
 	opGetFeatures       = ctrlOp(iocRead, cmdGetFeatures)
 	opDelDevAsync       = ctrlOp(iocRead, cmdDelDevAsync)
 	opUpdateSize        = ctrlOp(iocRead|iocWrite, cmdUpdateSize)
+	opQuiesceDev        = ctrlOp(iocRead|iocWrite, cmdQuiesceDev)
 	opTryStopDev        = ctrlOp(iocRead|iocWrite, cmdTryStopDev)
 
 	opFetchReq          = ioOp(ioFetchReq)

@@ -178,7 +178,7 @@ func TestFeatureNames73(t *testing.T) {
 	if Wanted(0) != UsedFeatures || Wanted(^uint64(0)) != UsedFeatures|OptionalFeatures {
 		t.Errorf("Wanted: %#x from nothing, %#x from everything", Wanted(0), Wanted(^uint64(0)))
 	}
-	if opTryStopDev != 0xC0207517 || opUpdateSize != 0xC0207515 {
-		t.Errorf("TRY_STOP_DEV %#x, UPDATE_SIZE %#x", opTryStopDev, opUpdateSize)
+	if opTryStopDev != 0xC0207517 || opUpdateSize != 0xC0207515 || opQuiesceDev != 0xC0207516 {
+		t.Errorf("TRY_STOP_DEV %#x, UPDATE_SIZE %#x, QUIESCE_DEV %#x", opTryStopDev, opUpdateSize, opQuiesceDev)
 	}
 }
