@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"text/tabwriter"
@@ -194,6 +195,94 @@ func resizeCommand() *cli.Command {
 	}
 }
 
+func handoverCommand() *cli.Command {
+	return &cli.Command{
+		Name: "handover",
+		Usage: "replace the client daemon (after an upgrade of urnbd, say) without unmapping: it leaves every " +
+			"device waiting, with its I/O, and exits; the next daemon serves the devices again",
+		Description: "The daemon lets the requests it has sent to the servers finish, closes the devices on the\n" +
+			"servers and exits with status 75; the I/O that arrives meanwhile waits in the kernel (ublk user\n" +
+			"recovery) and nothing is issued twice. Then this command starts the next daemon (the urnbd binary\n" +
+			"on disk now, with the old daemon's options), which recovers the devices, and lists them; under\n" +
+			"systemd (a daemon run with --persist), systemd starts it instead (RestartForceExitStatus=75).\n" +
+			"Requests still unanswered after --timeout are issued again to the next daemon, as after a crash.",
+		Flags: []cli.Flag{
+			&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "how long the daemon waits for the requests in flight"},
+			&cli.BoolFlag{Name: "no-start", Usage: "do not start the next daemon"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 0 {
+				return fmt.Errorf("handover: takes no arguments: %w", unix.EINVAL)
+			}
+			pid := daemonPID()
+			rep, err := clientd.Ask(clientSocket(), &clientd.Request{Op: "handover", TimeoutMS: c.Duration("timeout").Milliseconds()})
+			if errors.Is(err, clientd.ErrNoDaemon) {
+				return fmt.Errorf("handover: no client daemon is running: %w", unix.ENOENT)
+			}
+			if err != nil {
+				return fmt.Errorf("handover: %w", err)
+			}
+			failed := 0
+			for _, e := range rep.Handover {
+				how := "the queues held back new requests"
+				if e.Quiesced {
+					how = "the ublk driver quiesced it"
+				}
+				if e.Error != "" {
+					failed++
+					fmt.Printf("%s: left to the next daemon; %s, but %s\n", e.Device, how, e.Error)
+					continue
+				}
+				fmt.Printf("%s: handed over (%s)\n", e.Device, how)
+			}
+			if pid > 0 && !waitExit(pid, c.Duration("timeout")+10*time.Second) {
+				return fmt.Errorf("handover: the daemon (pid %d) has not exited; see %s: %w", pid, daemonLog(), unix.ETIMEDOUT)
+			}
+			switch {
+			case rep.Persist:
+				fmt.Println("the daemon ran under systemd (--persist): systemd starts the next one")
+			case c.Bool("no-start") || len(rep.Handover) == 0:
+			default:
+				if err := startClientDaemon(rep.DaemonArgs...); err != nil {
+					return fmt.Errorf("handover: start the next daemon: %w", err)
+				}
+				// The new daemon recovers the devices before it answers.
+				lr, err := clientd.Ask(clientSocket(), &clientd.Request{Op: "list"})
+				if err != nil {
+					return fmt.Errorf("handover: the next daemon: %w", err)
+				}
+				for _, e := range lr.Devices {
+					fmt.Printf("%s: served by the next daemon (pid %d), %s\n", e.Device, daemonPID(), e.State)
+				}
+			}
+			if failed > 0 {
+				return fmt.Errorf("handover: %d devices had requests in flight at the timeout; they are issued again: %w", failed, unix.ETIMEDOUT)
+			}
+			return nil
+		},
+	}
+}
+
+// daemonPID returns the running client daemon's pid from its pid file, or 0.
+func daemonPID() int {
+	b, err := os.ReadFile(filepath.Join(runDir(), "client.pid"))
+	if err != nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return pid
+}
+
+// waitExit waits up to timeout for process pid to exit.
+func waitExit(pid int, timeout time.Duration) bool {
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if unix.Kill(pid, 0) != nil {
+			return true
+		}
+	}
+	return false
+}
+
 func listCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "list",
@@ -238,7 +327,18 @@ type clientDaemon struct {
 	// idle is set when the last device of a daemon without persist was
 	// unmapped: it exits once that request has its reply.
 	idle atomic.Bool
+	// leaving is set by a handover: the daemon refuses other requests
+	// and exits once the handover has its reply.
+	leaving atomic.Bool
+	stop    func() // closes stopping, once
+	// args are the daemon's options, for the daemon after a handover.
+	args []string
 }
+
+// handoverExit is the exit status of a daemon that handed its devices over
+// (EX_TEMPFAIL): the systemd unit starts the next one on it
+// (RestartForceExitStatus).
+const handoverExit = 75
 
 // daemonFlags are the client daemon's options; map passes them on when it
 // starts the daemon.
@@ -282,6 +382,13 @@ func clientDaemonCommand() *cli.Command {
 			}
 			d := &clientDaemon{ctrl: ctrl, reg: clientd.NewRegistry(ctrl, records()), ln: ln,
 				obs: newObserver(noBPF), persist: c.Bool("persist"), stopping: make(chan struct{})}
+			d.stop = sync.OnceFunc(func() { close(d.stopping) })
+			if addr := c.String("metrics-listen"); addr != "" {
+				d.args = append(d.args, "--metrics-listen", addr)
+			}
+			if c.Bool("no-bpf") {
+				d.args = append(d.args, "--no-bpf")
+			}
 			d.reg.InUse = clientd.DeviceUsers
 			d.reg.OnSession = func(s *clientd.Session) {
 				if s.Spec.Transport == "rdma" {
@@ -317,6 +424,9 @@ func clientDaemonCommand() *cli.Command {
 				conn, err := ln.Accept()
 				if err != nil {
 					os.Remove(clientSocket())
+					if d.leaving.Load() {
+						return cli.Exit("urnbd client daemon: handed the devices over; the next daemon recovers them", handoverExit)
+					}
 					return nil
 				}
 				go d.serve(conn)
@@ -327,7 +437,7 @@ func clientDaemonCommand() *cli.Command {
 
 func (d *clientDaemon) serve(conn net.Conn) {
 	clientd.Serve(conn, d.handle)
-	if d.idle.Load() && d.reg.Idle() {
+	if (d.idle.Load() && d.reg.Idle()) || d.leaving.Load() {
 		d.ln.Close() // the accept loop ends and the daemon exits
 	}
 }
@@ -336,7 +446,13 @@ func (d *clientDaemon) serve(conn net.Conn) {
 func (d *clientDaemon) handle(req *clientd.Request) (*clientd.Reply, error) {
 	var rep clientd.Reply
 	var err error
+	if d.leaving.Load() {
+		return &rep, fmt.Errorf("%s: the client daemon is handing its devices over and exiting; ask the next one: %w", req.Op, unix.ESHUTDOWN)
+	}
 	switch req.Op {
+	case "handover":
+		rep.Handover, err = d.handover(req)
+		rep.DaemonArgs, rep.Persist = d.args, d.persist
 	case "map":
 		rep.Device, err = d.mapDev(req)
 	case "unmap":
@@ -382,6 +498,22 @@ func (d *clientDaemon) unmapDev(id uint32, force bool) error {
 }
 
 func (d *clientDaemon) shutdown() {
-	close(d.stopping)
+	d.stop()
 	d.reg.UnmapAll(context.Background())
+}
+
+// handover leaves every device to the next daemon and has this one exit
+// once the reply is sent.
+func (d *clientDaemon) handover(req *clientd.Request) ([]clientd.HandoverEntry, error) {
+	if !d.leaving.CompareAndSwap(false, true) {
+		return nil, fmt.Errorf("handover: already under way: %w", unix.EALREADY)
+	}
+	d.stop() // recoveries still being retried are the next daemon's
+	timeout := 30 * time.Second
+	if req.TimeoutMS > 0 {
+		timeout = time.Duration(req.TimeoutMS) * time.Millisecond
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return d.reg.HandoverAll(ctx), nil
 }

@@ -367,14 +367,7 @@ func killDaemonUnderFio(t *testing.T, c *labCLI, dev, size string, whileDead, af
 	if !fio.running() {
 		t.Fatal("fio ended before the daemon was killed; the test proves nothing")
 	}
-	b, err := os.ReadFile(filepath.Join(c.runDir, "client.pid"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pid := readDaemonPID(t, c)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

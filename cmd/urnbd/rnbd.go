@@ -423,6 +423,6 @@ func clientCommand() *cli.Command {
 				resizeCommand(),
 				listCommand(),
 			},
-		}, pathCommand(), sessionCommand(), clientDaemonCommand()},
+		}, pathCommand(), sessionCommand(), clientDaemonCommand(), handoverCommand()},
 	}
 }

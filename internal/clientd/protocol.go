@@ -12,7 +12,7 @@ import (
 
 // Request is a request to the daemon.
 type Request struct {
-	Op     string   `json:"op"` // map, unmap, resize, list, stats, path, session-set
+	Op     string   `json:"op"` // map, unmap, resize, list, stats, path, session-set, handover
 	Spec   *MapSpec `json:"spec,omitempty"`
 	Queues int      `json:"queues,omitempty"`
 	// SessionDevices is --session-devices: 0 when not given.
@@ -22,6 +22,8 @@ type Request struct {
 	Force          bool   `json:"force,omitempty"`
 	// Size is a resize request's size in bytes: 0 for the server's.
 	Size uint64 `json:"size,omitempty"`
+	// TimeoutMS bounds a handover's wait for the requests in flight.
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
 	// path and session-set requests
 	Session string `json:"session,omitempty"`
 	PathOp  string `json:"path_op,omitempty"`
@@ -39,6 +41,23 @@ type Reply struct {
 	Devices []ListEntry `json:"devices,omitempty"`
 	// Stats is the stats request's report, as the daemon encoded it.
 	Stats json.RawMessage `json:"stats,omitempty"`
+	// Handover: how each device was left, and what the daemon was run
+	// with, for the CLI to start the next one the same way.
+	Handover   []HandoverEntry `json:"handover,omitempty"`
+	DaemonArgs []string        `json:"daemon_args,omitempty"`
+	Persist    bool            `json:"persist,omitempty"`
+}
+
+// HandoverEntry is how a handover left one device.
+type HandoverEntry struct {
+	Device string `json:"devname"`
+	// Quiesced: the ublk driver stopped handing out requests
+	// (QUIESCE_DEV); otherwise the queues held back what arrived.
+	Quiesced bool `json:"quiesced"`
+	// Error is why the handover of the device did not end cleanly:
+	// requests still in flight when the daemon exits are issued again to
+	// the next daemon.
+	Error string `json:"error,omitempty"`
 }
 
 // ListEntry is one mapped device, as list shows it.

@@ -336,6 +336,51 @@ func (r *Registry) UnmapAll(ctx context.Context) {
 	}
 }
 
+// HandoverAll leaves every device to the next daemon (rnbd.Device.Handover),
+// keeping their records, and closes the sessions: for a daemon that exits
+// to be replaced. ctx bounds the wait for the requests in flight; a device
+// whose requests are not all answered by then keeps its session open.
+func (r *Registry) HandoverAll(ctx context.Context) []HandoverEntry {
+	var out []HandoverEntry
+	keep := map[*Session]bool{} // sessions with requests still in flight
+	for _, d := range r.Devices() {
+		r.mu.Lock()
+		busy := d.unmapping
+		d.unmapping = true
+		r.mu.Unlock()
+		e := HandoverEntry{Device: ublk.BlockPath(d.ID)}
+		if busy {
+			e.Error = "it is being unmapped"
+			out = append(out, e)
+			continue
+		}
+		if r.OnDevice != nil {
+			r.OnDevice(d.ID, false)
+		}
+		res, err := d.Dev.Handover(ctx)
+		e.Quiesced = res.Quiesced
+		if err != nil {
+			e.Error = err.Error()
+			keep[d.Session] = true
+		}
+		r.mu.Lock()
+		delete(r.devices, d.ID)
+		d.Session.devs--
+		r.mu.Unlock()
+		r.logf("handed over %s (driver quiesce: %v; %v)", e.Device, e.Quiesced, err)
+		out = append(out, e)
+	}
+	for _, s := range r.Sessions() {
+		// Closing a session fails its requests in flight; those are
+		// left to the process's exit, which has the kernel issue them
+		// again to the next daemon.
+		if !keep[s] {
+			s.Client.Close()
+		}
+	}
+	return out
+}
+
 // Devices returns the mapped devices by id.
 func (r *Registry) Devices() []*Device {
 	r.mu.Lock()
