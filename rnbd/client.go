@@ -336,18 +336,24 @@ func (d *Device) Open() bool { return !d.c.down.Load() && d.id.Load() != invalid
 // Unmap deletes the local device (requests still queued fail) and closes
 // the device on the server.
 func (d *Device) Unmap(ctx context.Context) error {
-	d.c.mu.Lock()
-	delete(d.c.devs, d)
-	d.c.mu.Unlock()
-	d.mu.Lock() // waits for a reopen of the device to end
-	d.unmapped = true
-	d.mu.Unlock()
+	d.detach()
 	err := d.dev.Delete()
 	d.c.t.release(d.block)
 	if cerr := d.close(ctx); err == nil {
 		err = cerr
 	}
 	return err
+}
+
+// detach takes the device off its client: no reopen after a reconnect
+// touches it from then on.
+func (d *Device) detach() {
+	d.c.mu.Lock()
+	delete(d.c.devs, d)
+	d.c.mu.Unlock()
+	d.mu.Lock() // waits for a reopen of the device to end
+	d.unmapped = true
+	d.mu.Unlock()
 }
 
 func (d *Device) close(ctx context.Context) error {

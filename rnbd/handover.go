@@ -15,12 +15,7 @@ import (
 // open on the server with those requests; the kernel issues them again to
 // the next client once this process is gone.
 func (d *Device) Handover(ctx context.Context) (ublk.HandoverResult, error) {
-	d.c.mu.Lock()
-	delete(d.c.devs, d)
-	d.c.mu.Unlock()
-	d.mu.Lock() // waits for a reopen of the device to end
-	d.unmapped = true
-	d.mu.Unlock()
+	d.detach()
 	res, err := d.dev.Handover(ctx)
 	if err != nil {
 		return res, err

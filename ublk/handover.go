@@ -18,14 +18,17 @@ import (
 // runs the per-tag protocol, QUIESCE_DEV stops the driver from handing out
 // requests and cancels the queues' idle fetches. Otherwise (6.12, a device
 // that an older urnbd created, or batch I/O) each queue keeps the requests
-// that still arrive without serving them; when the queue's ring closes, the
-// kernel quiesces the device and requeues them for the next server
-// (FlagUserRecoveryReissue). Not QUIESCE_DEV with batch I/O: 7.3 cancels a
-// batch queue there the way it does for a device being removed (it sets
-// the queue's force_abort), and the requests that arrive until the next
-// server fail with EIO instead of waiting (TestLabHandover shows it). Either way a queue ends once the
-// requests it handed to its target have completed and their results are
-// committed.
+// that still arrive without serving them. Not QUIESCE_DEV with batch I/O:
+// 7.3 cancels a batch queue there the way it does for a device being
+// removed (it sets the queue's force_abort), and the requests that arrive
+// until the next server fail with EIO instead of waiting (TestLabHandover
+// shows it).
+//
+// Either way a queue ends once the requests it handed to its target have
+// completed and their results are committed, and its thread exits with the
+// ring open, as a dead server's would: the kernel's exit path cancels the
+// queue's commands, quiesces the device and requeues the requests held
+// back for the next server (FlagUserRecoveryReissue).
 
 // QuiesceTimeout bounds the driver's wait in QUIESCE_DEV for every queue to
 // have a request slot idle (one that no request of the server holds).
@@ -33,7 +36,8 @@ const QuiesceTimeout = 10 * time.Second
 
 // QuiesceDev stops device id from handing out requests and cancels its
 // queues' idle fetches, after waiting up to timeout (0: for ever) for each
-// queue to have one (EBUSY if one does not). The device must have been
+// queue to have one (EBUSY if one does not); other commands of c wait
+// meanwhile. The device must have been
 // created with FlagQuiesce (EOPNOTSUPP otherwise). The driver does not
 // undo it: the device's requests wait for a new server from then on, even
 // if it fails.

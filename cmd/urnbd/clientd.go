@@ -114,12 +114,9 @@ func daemonStartError(log string, offset int64, waitErr error) error {
 	return fmt.Errorf("client daemon did not start: %s (see %s)", why, log)
 }
 
-func mapDevice(c *cli.Context, spec *clientd.MapSpec) error {
-	if spec.Transport == "" && c.IsSet("transport") {
-		// Left empty otherwise: a new session then takes the flag's
-		// default, an existing one keeps its own.
-		spec.Transport = c.String("transport")
-	}
+// daemonArgs returns the daemonFlags set in c, as arguments of a daemon
+// to start.
+func daemonArgs(c *cli.Context) []string {
 	var args []string
 	if addr := c.String("metrics-listen"); addr != "" {
 		args = append(args, "--metrics-listen", addr)
@@ -127,6 +124,16 @@ func mapDevice(c *cli.Context, spec *clientd.MapSpec) error {
 	if c.Bool("no-bpf") {
 		args = append(args, "--no-bpf")
 	}
+	return args
+}
+
+func mapDevice(c *cli.Context, spec *clientd.MapSpec) error {
+	if spec.Transport == "" && c.IsSet("transport") {
+		// Left empty otherwise: a new session then takes the flag's
+		// default, an existing one keeps its own.
+		spec.Transport = c.String("transport")
+	}
+	args := daemonArgs(c)
 	req := &clientd.Request{Op: "map", Spec: spec, Queues: c.Int("queues"), Depth: c.Int("depth")}
 	if c.IsSet("session-devices") {
 		req.SessionDevices = c.Int("session-devices")
@@ -383,12 +390,7 @@ func clientDaemonCommand() *cli.Command {
 			d := &clientDaemon{ctrl: ctrl, reg: clientd.NewRegistry(ctrl, records()), ln: ln,
 				obs: newObserver(noBPF), persist: c.Bool("persist"), stopping: make(chan struct{})}
 			d.stop = sync.OnceFunc(func() { close(d.stopping) })
-			if addr := c.String("metrics-listen"); addr != "" {
-				d.args = append(d.args, "--metrics-listen", addr)
-			}
-			if c.Bool("no-bpf") {
-				d.args = append(d.args, "--no-bpf")
-			}
+			d.args = daemonArgs(c)
 			d.reg.InUse = clientd.DeviceUsers
 			d.reg.OnSession = func(s *clientd.Session) {
 				if s.Spec.Transport == "rdma" {
