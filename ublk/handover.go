@@ -113,7 +113,7 @@ func (q *Queue) startDrain() {
 func (q *Queue) drainDone() bool {
 	left := q.handed
 	if b := q.batch; b != nil {
-		left = b.held + b.pending + b.inflight
+		left += b.pending + b.inflight
 	}
 	q.drainLeft.Store(int32(left))
 	return left == 0

@@ -32,7 +32,7 @@ type Queue struct {
 	onCQE   func(*uring.CQE) // q.handleCQE, made once so reaping does not allocate
 
 	live    int  // per-tag protocol: tags that the kernel has not aborted
-	handed  int  // per-tag protocol: tags with the handler, not completed
+	handed  int  // tags with the handler, not completed
 	batchIO bool // the device runs the batch protocol (FlagBatchIO)
 	// autoBufReg: the kernel installs each request's pages as fixed
 	// buffer (tag) of the ring (FlagAutoBufReg), and no data is copied.
@@ -92,11 +92,11 @@ func (q *Queue) GetSQE() *uring.SQE {
 // request for the tag, or, in the batch protocol, adds the result to the
 // commit that the queue sends when the handler's round ends.
 func (q *Queue) Complete(tag uint16, res int32) {
+	q.handed--
 	if q.batch != nil {
 		q.completeBatch(tag, res)
 		return
 	}
-	q.handed--
 	q.queueCmd(opCommitAndFetchReq, tag, res)
 }
 
@@ -233,8 +233,8 @@ func (q *Queue) loop() error {
 // running reports whether the queue has work left: tags the kernel may
 // still hand out or that wait for their results to be committed.
 func (q *Queue) running() bool {
-	if q.batch != nil {
-		return q.batch.running()
+	if b := q.batch; b != nil {
+		return !b.aborted || q.handed > 0 || b.pending > 0 || b.inflight > 0
 	}
 	return q.live > 0
 }
@@ -273,11 +273,7 @@ func (q *Queue) dispatch(tag uint16) {
 	if q.drain {
 		return
 	}
-	if q.batch != nil {
-		q.batch.held++
-	} else {
-		q.handed++
-	}
+	q.handed++
 	d := &q.descs[tag]
 	req := &q.reqs[tag]
 	req.Op = d.Op()

@@ -47,9 +47,6 @@ type batchQueue struct {
 	prepDone bool
 	prepRes  int32
 
-	// held counts tags given to the handler and not yet completed.
-	held int
-
 	// elemWords is the size of an element in 64-bit words: 2 with the
 	// buffer address, 1 with automatic buffer registration.
 	elemWords int
@@ -61,10 +58,6 @@ type batchQueue struct {
 	inflight int
 	cur      int
 	pending  int
-}
-
-func (b *batchQueue) running() bool {
-	return !b.aborted || b.held > 0 || b.pending > 0 || b.inflight > 0
 }
 
 // setupBatch prepares every tag with PREP_IO_CMDS, waits for its result,
@@ -162,7 +155,6 @@ func (q *Queue) completeBatch(tag uint16, res int32) {
 	b := q.batch
 	b.putElem(b.commits[b.cur], b.pending, tag, res, q.bufAddr(tag))
 	b.pending++
-	b.held--
 }
 
 // flushCommits queues the filled commit, if a slot is free to fill next;

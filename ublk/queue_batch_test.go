@@ -87,12 +87,12 @@ func TestHandleCommit(t *testing.T) {
 func TestCompleteBatchAccounting(t *testing.T) {
 	q := newBatchTestQueue(2)
 	b := q.batch
-	b.held = 3
+	q.handed = 3
 	for _, tag := range []uint16{7, 0, 3} {
 		q.Complete(tag, 512)
 	}
-	if b.held != 0 || b.pending != 3 || !slices.Equal(pendingTags(q), []uint16{7, 0, 3}) {
-		t.Fatalf("held %d, pending %v", b.held, pendingTags(q))
+	if q.handed != 0 || b.pending != 3 || !slices.Equal(pendingTags(q), []uint16{7, 0, 3}) {
+		t.Fatalf("handed %d, pending %v", q.handed, pendingTags(q))
 	}
 	for i := range b.busy {
 		b.busy[i] = i != b.cur
@@ -101,7 +101,7 @@ func TestCompleteBatchAccounting(t *testing.T) {
 	if b.pending != 3 {
 		t.Errorf("flush without a free slot dropped the pending elements: %d left", b.pending)
 	}
-	if !b.running() {
+	if !q.running() {
 		t.Error("a queue with elements to commit reports it is done")
 	}
 }

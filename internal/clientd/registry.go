@@ -299,12 +299,7 @@ func (r *Registry) Unmap(ctx context.Context, id uint32, force bool) (last bool,
 	}
 	err = d.Dev.Unmap(ctx)
 	r.records.Remove(id)
-	r.mu.Lock()
-	delete(r.devices, id)
-	d.Session.devs--
-	drop := r.unusedLocked(d.Session)
-	last = len(r.devices) == 0 && len(r.mapping) == 0
-	r.mu.Unlock()
+	drop, last := r.forget(d)
 	if drop {
 		go d.Session.Client.Close()
 	}
@@ -336,6 +331,17 @@ func (r *Registry) UnmapAll(ctx context.Context) {
 	}
 }
 
+// forget removes device d from the registry and reports whether its
+// session is left unused and whether the daemon is left without a device
+// and without a map under way.
+func (r *Registry) forget(d *Device) (unusedSession, last bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.devices, d.ID)
+	d.Session.devs--
+	return r.unusedLocked(d.Session), len(r.devices) == 0 && len(r.mapping) == 0
+}
+
 // HandoverAll leaves every device to the next daemon (rnbd.Device.Handover),
 // keeping their records, and closes the sessions: for a daemon that exits
 // to be replaced. ctx bounds the wait for the requests in flight; a device
@@ -363,10 +369,7 @@ func (r *Registry) HandoverAll(ctx context.Context) []HandoverEntry {
 			e.Error = err.Error()
 			keep[d.Session] = true
 		}
-		r.mu.Lock()
-		delete(r.devices, d.ID)
-		d.Session.devs--
-		r.mu.Unlock()
+		r.forget(d)
 		r.logf("handed over %s (driver quiesce: %v; %v)", e.Device, e.Quiesced, err)
 		out = append(out, e)
 	}
