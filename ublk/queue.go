@@ -183,6 +183,21 @@ func (q *Queue) setup(target Target) error {
 // is aborted (the device was stopped or deleted).
 func (q *Queue) run(target Target, ready chan<- error) {
 	runtime.LockOSThread()
+	if unix.Gettid() == unix.Getpid() {
+		// The process's main thread: the runtime never lets it exit
+		// (it parks it instead), and a handover needs the queue's
+		// thread to exit before its ring closes. Serve from another
+		// thread; holding this one meanwhile keeps the new goroutine
+		// off it.
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			q.run(target, ready)
+		}()
+		<-done
+		runtime.UnlockOSThread()
+		return
+	}
 	q.tid = unix.Gettid()
 	defer procs.AddBlockingThread()() // the loop sleeps in io_uring_enter holding a P
 	// The thread stays locked: it exits with the goroutine rather than

@@ -24,7 +24,13 @@ const notifyEnv = "URNBD_NOTIFY_FD"
 
 func daemonLog() string { return filepath.Join(runDir(), "urnbd.log") }
 
-func daemonize() error {
+// daemonize runs urnbd with args (the command line of this process if
+// none) as a background daemon and waits until it says the device is up
+// (notifyParent), printing what it reports.
+func daemonize(args ...string) error {
+	if len(args) == 0 {
+		args = os.Args[1:]
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		return err
@@ -42,7 +48,7 @@ func daemonize() error {
 		return err
 	}
 	defer logf.Close()
-	cmd := exec.Command(exe, os.Args[1:]...)
+	cmd := exec.Command(exe, args...)
 	cmd.Env = append(os.Environ(), notifyEnv+"=3")
 	cmd.ExtraFiles = []*os.File{w}
 	cmd.Stdout, cmd.Stderr = logf, logf

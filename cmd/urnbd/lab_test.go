@@ -190,19 +190,28 @@ func (f *bgFio) wait(t *testing.T, timeout time.Duration) (*labtest.FioResult, s
 	return &res, f.stderr.String(), f.err
 }
 
-func TestLabCLIRecoverUnderLoad(t *testing.T) {
-	c := newLabCLI(t)
-	file := labtest.SparseFile(t, 256<<20)
-	dev := c.must("ublk", "add", "loop", "--file", file, "--queues", "2")
+// loopUnderVerify adds a loop device of two queues on a new sparse file
+// (with the add flags given) and starts fio verify on it; it returns once
+// fio is well under way.
+func (c *labCLI) loopUnderVerify(addFlags ...string) (string, *ublkListEntry, *bgFio) {
+	c.t.Helper()
+	file := labtest.SparseFile(c.t, 256<<20)
+	dev := c.must(append([]string{"ublk", "add", "loop", "--file", file, "--queues", "2"}, addFlags...)...)
 	e := c.entry(dev)
 	if e == nil {
-		t.Fatal("device not listed")
+		c.t.Fatal("device not listed")
 	}
-	fio := startFio(t, labtest.VerifyArgs(dev, "128M"))
+	fio := startFio(c.t, labtest.VerifyArgs(dev, "128M"))
 	time.Sleep(1500 * time.Millisecond)
 	if !fio.running() {
-		t.Fatal("fio ended before the server was killed; the test proves nothing")
+		c.t.Fatal("fio ended within 1.5 s; the test would prove nothing")
 	}
+	return dev, e, fio
+}
+
+func TestLabCLIRecoverUnderLoad(t *testing.T) {
+	c := newLabCLI(t)
+	dev, e, fio := c.loopUnderVerify()
 	if err := syscall.Kill(int(e.PID), syscall.SIGKILL); err != nil {
 		t.Fatalf("kill -9 %d: %v", e.PID, err)
 	}

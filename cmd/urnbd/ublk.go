@@ -136,6 +136,7 @@ func ublkCommand() *cli.Command {
 				},
 				Action: recoverDevice,
 			},
+			ublkHandoverCommand(),
 			{
 				Name:   "list",
 				Usage:  "show the ublk devices and how they are served",
@@ -331,22 +332,35 @@ func recoverDevice(c *cli.Context) error {
 }
 
 // serve records the device, tells a waiting parent, and serves until the
-// device is deleted or a signal asks to delete it.
+// device is deleted, a signal asks to delete it (SIGINT, SIGTERM), or one
+// asks to hand it over (handoverSignal).
 func serve(ctrl *ublk.Control, dev *ublk.Device, spec *ublkSpec) error {
+	// Before the record names this process: a handover's signal must not
+	// kill it.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM, handoverSignal)
 	spec.PID = os.Getpid()
 	if err := spec.save(); err != nil {
 		dev.Delete()
 		return notifyParent(fmt.Errorf("record device: %w", err))
 	}
 	notifyParent(nil, ublk.BlockPath(dev.ID()))
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM)
-	select {
-	case <-sigs:
-		if err := dev.Delete(); err != nil {
-			return err
+wait:
+	for {
+		select {
+		case sig := <-sigs:
+			if sig != handoverSignal {
+				if err := dev.Delete(); err != nil {
+					return err
+				}
+				break wait
+			}
+			if handOver(dev) {
+				return cli.Exit(fmt.Sprintf("urnbd ublk: handed %s over; the next server recovers it", ublk.BlockPath(dev.ID())), handoverExit)
+			}
+		case <-dev.Done():
+			break wait
 		}
-	case <-dev.Done():
 	}
 	err := dev.Wait()
 	if info, ierr := ctrl.DevInfo(dev.ID()); errors.Is(ierr, unix.ENODEV) || (ierr == nil && info.State == ublk.StateDead) {
