@@ -183,31 +183,7 @@ func TestBlockLatencyCounts(t *testing.T) {
 	kreads, kwrites := kr1-kr0, kw1-kw0
 	t.Logf("device %s: reads %d, writes %d, other %d; the kernel's accounting: reads %d, writes %d",
 		DevName(dev), reads, writes, h1.Count[Other]-h0.Count[Other], kreads, kwrites)
-	missed, err := b.Missed()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if missed > 0 {
-		t.Logf("the kernel skipped %d program runs (recursion)", missed)
-	}
-	// Each synchronous O_DIRECT read is one request unless the file system
-	// serves it otherwise; whether it did is the kernel's accounting's to
-	// say, and the programs must count what it counts. Its counter moves
-	// just after the request's data is delivered, so it may lag by the last
-	// read; other processes' requests in the moments between the two
-	// readings make up the rest of the slack.
-	if kreads < n {
-		t.Logf("only %d of the %d reads reached the disk (%s)", kreads, n, diskFacts(dir, dev))
-	}
-	for _, c := range []struct {
-		dir           string
-		counted, kern uint64
-	}{{"reads", reads, kreads}, {"writes", writes, kwrites}} {
-		if c.counted < 1 || c.counted+missed+c.kern/10+4 < c.kern || c.counted > c.kern+2 {
-			t.Errorf("%s counted: %d (%d runs skipped by the kernel), the kernel's accounting: %d (%s)",
-				c.dir, c.counted, missed, c.kern, diskFacts(dir, dev))
-		}
-	}
+	checkCounted(t, b, dir, dev, n, [2]uint64{reads, writes}, [2]uint64{kreads, kwrites})
 	for d := range Dir(NumDirs) {
 		// The maps are read one after the other while other processes
 		// keep doing I/O on the disk: the bucket sums and the count agree
@@ -284,17 +260,59 @@ func TestBlockLatencyFilter(t *testing.T) {
 		t.Errorf("traced only %s, but the histograms have %v", DevName(idle), devNames(devs))
 	}
 
-	// Now add the disk: its I/O appears.
+	// Now add the disk: its I/O appears, as much of it as the kernel's
+	// accounting saw.
 	if err := b.AddDevice(dev); err != nil {
 		t.Fatal(err)
 	}
-	directIO(t, filepath.Join(dir, "direct.img"), 16, true)
-	h, err := b.Histogram(dev)
+	kr0, kw0 := diskStat(t, dev)
+	h0, err := b.Histogram(dev)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h.Count[Read] < 16 || h.Count[Write] < 1 {
-		t.Errorf("after AddDevice(%s): reads %d, writes %d", DevName(dev), h.Count[Read], h.Count[Write])
+	const n = 16
+	directIO(t, filepath.Join(dir, "direct.img"), n, true)
+	h1, err := b.Histogram(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kr1, kw1 := diskStat(t, dev)
+	t.Logf("after AddDevice(%s): reads %d, writes %d; the kernel's accounting: reads %d, writes %d",
+		DevName(dev), h1.Count[Read]-h0.Count[Read], h1.Count[Write]-h0.Count[Write], kr1-kr0, kw1-kw0)
+	checkCounted(t, b, dir, dev, n,
+		[2]uint64{h1.Count[Read] - h0.Count[Read], h1.Count[Write] - h0.Count[Write]},
+		[2]uint64{kr1 - kr0, kw1 - kw0})
+}
+
+// checkCounted checks the reads and writes that the programs counted
+// (counted) for the n synchronous reads of directIO against what the
+// kernel's own accounting counted over the same time (kern).
+func checkCounted(t *testing.T, b *BlockLatency, dir string, dev uint64, n uint64, counted, kern [2]uint64) {
+	t.Helper()
+	missed, err := b.Missed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if missed > 0 {
+		t.Logf("the kernel skipped %d program runs (recursion)", missed)
+	}
+	// Each synchronous O_DIRECT read is one request unless the file system
+	// serves it otherwise; whether it did is the kernel's accounting's to
+	// say, and the programs must count what it counts. Its counter moves
+	// just after the request's data is delivered, so it may lag by the last
+	// read; other processes' requests in the moments between the two
+	// readings make up the rest of the slack.
+	if kern[0] < n {
+		t.Logf("only %d of the %d reads reached the disk (%s)", kern[0], n, diskFacts(dir, dev))
+	}
+	for _, c := range []struct {
+		dir           string
+		counted, kern uint64
+	}{{"reads", counted[0], kern[0]}, {"writes", counted[1], kern[1]}} {
+		if c.counted < 1 || c.counted+missed+c.kern/10+4 < c.kern || c.counted > c.kern+2 {
+			t.Errorf("%s counted: %d (%d runs skipped by the kernel), the kernel's accounting: %d (%s)",
+				c.dir, c.counted, missed, c.kern, diskFacts(dir, dev))
+		}
 	}
 }
 
