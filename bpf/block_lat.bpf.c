@@ -108,16 +108,22 @@ static __always_inline __u32 bit_len(__u64 v)
 	return log2_u32((__u32)v) + 1;
 }
 
+/* hist_add counts one in a per-CPU bucket. A bucket's first count creates
+ * it with zeros and then counts in it: creating it with one would lose that
+ * count when another CPU creates the same bucket at the same moment (the
+ * loser's BPF_NOEXIST update fails). */
 static __always_inline void hist_add(void *map, struct blk_hist_key *key)
 {
-	__u64 one = 1, *cnt;
+	__u64 zero = 0, *cnt;
 
 	cnt = bpf_map_lookup_elem(map, key);
-	if (cnt) {
-		(*cnt)++; /* per-CPU value: no atomic needed */
-		return;
+	if (!cnt) {
+		bpf_map_update_elem(map, key, &zero, BPF_NOEXIST);
+		cnt = bpf_map_lookup_elem(map, key);
+		if (!cnt)
+			return;
 	}
-	bpf_map_update_elem(map, key, &one, BPF_NOEXIST);
+	(*cnt)++; /* per-CPU value: no atomic needed */
 }
 
 /* The tp_btf arguments are BTF-typed pointers: direct loads, checked by
