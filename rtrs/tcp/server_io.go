@@ -242,9 +242,14 @@ func (s *Server) serveIO(c *ServerConn) {
 	var ack [frame.HeaderSize]byte
 	frame.HeartbeatHeader(true).MarshalTo(ack[:])
 	c.wbuf = make([]byte, 0, flushThreshold+sio.chunk+frame.HeaderSize)
+	// inBatch mirrors c.inLoop, which only this goroutine sets: c.wmu is
+	// taken once per batch, not per frame, so that reading requests does not
+	// wait behind each answer that a completing request is writing.
+	inBatch := false
 	for {
-		if r.Buffered() == 0 {
+		if inBatch && r.Buffered() == 0 {
 			// Nothing more to read without blocking: end of the batch.
+			inBatch = false
 			if err := c.setInLoop(false); err != nil {
 				cp.release()
 				return
@@ -258,7 +263,10 @@ func (s *Server) serveIO(c *ServerConn) {
 			cp.release()
 			return
 		}
-		_ = c.setInLoop(true)
+		if !inBatch {
+			inBatch = true
+			_ = c.setInLoop(true)
+		}
 		if f.IsCtrl() {
 			// After the handshake only a fence, on cid 0.
 			if c.cid != 0 || f.Ctrl != frame.CtrlFenceReq || !s.fence(c, f.Payload) {

@@ -4,7 +4,7 @@
 # fio runs with their costs per I/O (the whole VM's CPU, and each urnbd
 # daemon's CPU, context switches and system calls, counted by perf), the
 # interleaved rounds and the table. The caller sets costs (where the costs
-# go), srv (the urnbd server's pid) and DEV, and calls counting_start.
+# go), srv (the urnbd server's pid) and DEV, and calls counting_check.
 : "${URNBD_BIN:?URNBD_BIN must name the urnbd binary}"
 prov=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/../lab" && pwd -P)/provision.sh
 runtime=${URNBD_BENCH_RUNTIME:-5}
@@ -112,24 +112,26 @@ perf_stop() { kill -INT "$1" 2>/dev/null; wait "$1" 2>/dev/null || true; }
 # The system calls counted by name (see the top).
 by_name=(io_uring_enter read write futex nanosleep epoll_pwait pread64 pwrite64 sched_yield)
 events=task-clock,context-switches,raw_syscalls:sys_enter$(printf ',syscalls:sys_enter_%s' "${by_name[@]}")
-# counting_start: perf on, if there is one (sets counting and keep).
-counting_start() {
+# counting_check: whether perf can count the costs per I/O (sets counting).
+counting_check() {
   mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || true
   counting=1
   command -v perf >/dev/null || { counting=; echo "lab-bench: no perf: costs per I/O not counted" >&2; }
   keep=
-  if [[ -n $counting ]]; then
-    # The same events on init for the whole run keep their static keys
-    # enabled: each run's perf then only counts, and never makes the kernel
-    # patch its text again (jump labels in __schedule and the syscall
-    # tracepoints), which under TCG once ended in an int3 oops mid-patch.
-    perf stat -e "$events" -p 1 -o /dev/null >/dev/null 2>&1 &
-    keep=$!
-    # Let it finish patching before any other perf starts: two patching at
-    # once is how the oops came (again in a run with the keeper started
-    # just before).
-    sleep 3
-  fi
+}
+
+# keeper_start: perf on init for the rest of the run (sets keep). The same
+# events on init keep their static keys enabled: each run's perf then only
+# counts, and never makes the kernel patch its text again (jump labels in
+# __schedule and the syscall tracepoints), which under TCG once ended in an
+# int3 oops mid-patch.
+keeper_start() {
+  perf stat -e "$events" -p 1 -o /dev/null >/dev/null 2>&1 &
+  keep=$!
+  # Let it finish patching before any other perf starts: two patching at
+  # once is how the oops came (again in a run with the keeper started just
+  # before).
+  sleep 3
 }
 
 fio_iops() { # DEV RW BS
@@ -209,12 +211,18 @@ print(" ".join(f"{int(x) / int(y):.2f}" if x.isdigit() and y.isdigit() else "n/a
 # rounds_run RUNS NAME...: fio 4k randread, 4k randwrite and 128k read on
 # each configuration's DEV, workload by workload, for $rounds rounds, every
 # other round in reverse order (a disturbance from outside hits all alike);
-# every run goes to RUNS, the best of each into R.
+# every run goes to RUNS, the best of each into R. The rounds run with no
+# perf attached: counted syscall tracepoints slow the whole VM (2.5-3x
+# under TCG) and a system-call-heavy daemon more than a kernel peer, so
+# IOPS measured under them would bias the ratios. The costs per I/O come
+# from one more, counted round, whose IOPS go to RUNS marked "counted" and
+# not into R.
 rounds_run() {
-  local runs=$1 round k rw bs w n v i order
+  local runs=$1 round k rw bs w n v i order count=$counting
   shift
   : >"$runs"
   : >"$costs"
+  counting=
   for ((round = 1; round <= rounds; round++)); do
     order=("$@")
     if ((round % 2 == 0)); then
@@ -228,6 +236,16 @@ rounds_run() {
         echo "$round $n $rw $bs $v" >>"$runs"
         best "$n,$k" "$v"
       done
+    done
+  done
+  counting=$count
+  [[ -n $counting ]] || return 0
+  keeper_start
+  for w in "randread 4k" "randwrite 4k" "read 128k"; do
+    read -r rw bs <<<"$w"
+    for n in "$@"; do
+      v=$(measured "$n" "${DEV[$n]}" "$rw" "$bs") || v=failed
+      echo "counted $n $rw $bs $v" >>"$runs"
     done
   done
 }
@@ -244,9 +262,9 @@ table() {
   done
 }
 
-# costs_table: the last round's costs per I/O of each run.
+# costs_table: the costs per I/O of the counted round's runs.
 costs_table() {
   [[ -s $costs ]] || return 0
-  echo "costs per I/O (last round): CPU µs of the whole VM, and per urnbd daemon its CPU µs, context switches and system calls (per I/O, and sys/s per second)"
+  echo "costs per I/O (a separate round under perf, whose IOPS, slowed by the counting, are not the table's): CPU µs of the whole VM, and per urnbd daemon its CPU µs, context switches and system calls (per I/O, and sys/s per second)"
   awk '{k = $1" "$2" "$3; line[k] = $0} END {for (k in line) print line[k]}' "$costs" | sort
 }

@@ -38,7 +38,7 @@ cleanup() {
 }
 trap cleanup EXIT
 mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || true
-# As counting_start: the events enabled once for the whole run, so that no
+# As keeper_start (lab-lib.sh): the events enabled once for the whole run, so that no
 # perf run patches the kernel's text while another counts (an oops under TCG).
 perf stat -e "$events" -a -o /dev/null >/dev/null 2>&1 &
 keep=$!

@@ -57,7 +57,7 @@ trap cleanup EXIT
 srv=$!
 sleep 1
 
-counting_start
+counting_check
 
 kmap() { # SESS PORT DEVPATH -> /dev/rnbdN
   echo "dest_port=$2 sessname=$1 path=ip:192.0.2.1,ip:192.0.2.2 device_path=$3" >"$CTL"

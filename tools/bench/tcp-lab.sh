@@ -9,6 +9,8 @@
 #   many connections as CPUs (-C), as NVMe/TCP and urnbd have queues
 # The runs alternate between them workload by workload, for
 # URNBD_BENCH_ROUNDS rounds (default 1); each figure is its best round.
+# URNBD_BENCH_SERVER_ARGS adds flags to the urnbd server's (e.g.
+# "--backend-io uring").
 # Writes $LAB_OUT/tcp-bench.txt (every run in tcp-bench-runs.txt, the costs
 # per I/O of the urnbd daemons in tcp-bench-costs.txt).
 set -euo pipefail
@@ -39,7 +41,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$URNBD_BIN" server --listen tcp://192.0.2.2:1237 --dev-search-path /dev 2>/dev/null &
+# shellcheck disable=SC2086 # the flags are words
+"$URNBD_BIN" server --listen tcp://192.0.2.2:1237 --dev-search-path /dev ${URNBD_BENCH_SERVER_ARGS:-} 2>/dev/null &
 srv=$!
 conf=${LAB_OUT:-/tmp}/nbd-server.conf
 printf '[generic]\nuser = root\ngroup = root\nlistenaddr = 192.0.2.2\n[bench]\nexportname = /dev/nullb2\n' >"$conf"
@@ -47,7 +50,7 @@ printf '[generic]\nuser = root\ngroup = root\nlistenaddr = 192.0.2.2\n[bench]\ne
 nbd-server -C "$conf" -p /run/nbd-server-bench.pid 2>"${LAB_OUT:-/tmp}/nbd-server.log"
 nbdsrv=$(cat /run/nbd-server-bench.pid)
 sleep 1
-counting_start
+counting_check
 
 DEV[urnbd-tcp]=$("$URNBD_BIN" map sessname=tcpbench transport=tcp dest_port=1237 path=ip:192.0.2.1@ip:192.0.2.2 device_path=nullb0)
 nvme_setup tcp /dev/nullb1

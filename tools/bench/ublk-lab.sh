@@ -77,7 +77,7 @@ if offered auto_buf_reg; then
   add urnbd-loop-copy 6 "$("$URNBD_BIN" ublk add loop --id 6 --file "$file" --no-zero-copy)"
 fi
 
-counting_start
+counting_check
 rounds_run "$runs" "${names[@]}"
 [[ -n ${keep:-} ]] && perf_stop "$keep"
 [[ -n ${URNBD_KUBLK:-} ]] && "$URNBD_KUBLK" del -a >/dev/null 2>&1
