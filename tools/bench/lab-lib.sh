@@ -218,7 +218,7 @@ print(" ".join(f"{int(x) / int(y):.2f}" if x.isdigit() and y.isdigit() else "n/a
 # from one more, counted round, whose IOPS go to RUNS marked "counted" and
 # not into R.
 rounds_run() {
-  local runs=$1 round k rw bs w n v i order count=$counting
+  local runs=$1 round i order count=$counting
   shift
   : >"$runs"
   : >"$costs"
@@ -229,23 +229,26 @@ rounds_run() {
       order=()
       for ((i = $#; i >= 1; i--)); do order+=("${!i}"); done
     fi
-    for w in "rr randread 4k" "rw randwrite 4k" "sr read 128k"; do
-      read -r k rw bs <<<"$w"
-      for n in "${order[@]}"; do
-        v=$(measured "$n" "${DEV[$n]}" "$rw" "$bs") || v=failed
-        echo "$round $n $rw $bs $v" >>"$runs"
-        best "$n,$k" "$v"
-      done
-    done
+    one_round "$runs" "$round" "${order[@]}"
   done
   counting=$count
   [[ -n $counting ]] || return 0
   keeper_start
-  for w in "randread 4k" "randwrite 4k" "read 128k"; do
-    read -r rw bs <<<"$w"
+  one_round "$runs" counted "$@"
+}
+
+# one_round RUNS ROUND NAME...: each workload on each configuration in
+# turn, every run to RUNS as round ROUND; the best into R unless ROUND is
+# "counted".
+one_round() {
+  local runs=$1 round=$2 k rw bs w n v
+  shift 2
+  for w in "rr randread 4k" "rw randwrite 4k" "sr read 128k"; do
+    read -r k rw bs <<<"$w"
     for n in "$@"; do
       v=$(measured "$n" "${DEV[$n]}" "$rw" "$bs") || v=failed
-      echo "counted $n $rw $bs $v" >>"$runs"
+      echo "$round $n $rw $bs $v" >>"$runs"
+      [[ $round == counted ]] || best "$n,$k" "$v"
     done
   done
 }
