@@ -112,12 +112,13 @@ perf_stop() { kill -INT "$1" 2>/dev/null; wait "$1" 2>/dev/null || true; }
 # The system calls counted by name (see the top).
 by_name=(io_uring_enter read write futex nanosleep epoll_pwait pread64 pwrite64 sched_yield)
 events=task-clock,context-switches,raw_syscalls:sys_enter$(printf ',syscalls:sys_enter_%s' "${by_name[@]}")
-# counting_check: whether perf can count the costs per I/O (sets counting).
+# counting_check: whether perf can count the costs per I/O (sets
+# can_count). measured counts only while rounds_run sets counting.
 counting_check() {
   mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || true
-  counting=1
-  command -v perf >/dev/null || { counting=; echo "lab-bench: no perf: costs per I/O not counted" >&2; }
-  keep=
+  can_count=1
+  command -v perf >/dev/null || { can_count=; echo "lab-bench: no perf: costs per I/O not counted" >&2; }
+  counting= keep=
 }
 
 # keeper_start: perf on init for the rest of the run (sets keep). The same
@@ -212,13 +213,13 @@ print(" ".join(f"{int(x) / int(y):.2f}" if x.isdigit() and y.isdigit() else "n/a
 # each configuration's DEV, workload by workload, for $rounds rounds, every
 # other round in reverse order (a disturbance from outside hits all alike);
 # every run goes to RUNS, the best of each into R. The rounds run with no
-# perf attached: counted syscall tracepoints slow the whole VM (2.5-3x
-# under TCG) and a system-call-heavy daemon more than a kernel peer, so
-# IOPS measured under them would bias the ratios. The costs per I/O come
-# from one more, counted round, whose IOPS go to RUNS marked "counted" and
-# not into R.
+# perf attached: counted syscall tracepoints cost a daemon per system call
+# and a kernel peer almost nothing (urnbd lost 25 % of its 4k IOPS to them
+# in one run, NVMe/TCP 0-6 %), so IOPS measured under them would bias the
+# ratios. The costs per I/O come from one more, counted round, whose IOPS
+# go to RUNS marked "counted" and not into R.
 rounds_run() {
-  local runs=$1 round i order count=$counting
+  local runs=$1 round i order
   shift
   : >"$runs"
   : >"$costs"
@@ -231,8 +232,8 @@ rounds_run() {
     fi
     one_round "$runs" "$round" "${order[@]}"
   done
-  counting=$count
-  [[ -n $counting ]] || return 0
+  [[ -n $can_count ]] || return 0
+  counting=1
   keeper_start
   one_round "$runs" counted "$@"
 }
