@@ -24,6 +24,7 @@ type backend struct {
 	lbs      uint32
 	blockDev bool
 	readOnly bool
+	direct   bool // fd is open with O_DIRECT
 	// key identifies the opened object, whatever name reached it:
 	// "DEV:INO" of a regular file, "blk:MAJOR:MINOR" of a block device (so
 	// two device nodes of one disk are one export). Empty for memory
@@ -198,6 +199,9 @@ func newFileBackend(fd int, st *unix.Stat_t, name string, readOnly bool) (*backe
 		return nil, fmt.Errorf("clear O_NONBLOCK: %w", err)
 	}
 	b := &backend{fd: fd, lbs: 512, readOnly: readOnly, path: name}
+	if fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0); err == nil {
+		b.direct = fl&unix.O_DIRECT != 0
+	}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFREG:
 		b.size.Store(uint64(st.Size))

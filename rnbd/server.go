@@ -155,6 +155,12 @@ type request struct {
 	loop *rdmatr.ServerIO
 }
 
+// spliceReader is a request that can answer a read from a file
+// descriptor itself (tcp.ServerIO.SpliceRead): false when it cannot.
+type spliceReader interface {
+	SpliceRead(fd int, off int64) bool
+}
+
 // pending is what handle returns when the answer comes later, through
 // request.io.
 const pending = 1
@@ -526,6 +532,17 @@ func (s *Server) handleIO(io *request) int {
 			d.refs.Add(1) // the loop's, dropped at completion
 			io.loop.HandlerCtx = d
 			prepBackend(sqe, &ioSlot{d: d, op: op, fua: m.RW.FUA(), off: off, data: io.Data}, ud)
+			return pending
+		}
+	}
+	if sp, ok := io.io.(spliceReader); ok && op == OpRead && !m.RW.Preflush() && d.be.direct && s.engine == nil {
+		// Over TCP with synchronous backend I/O, a large read goes from
+		// the backend to the socket through a pipe, never copied into
+		// the chunk and out again.
+		if e := d.be.check(op, off, n); e != 0 {
+			return e
+		}
+		if sp.SpliceRead(d.be.fd, off) {
 			return pending
 		}
 	}

@@ -239,6 +239,11 @@ func (s *Server) serveIO(c *ServerConn) {
 	r := bufio.NewReaderSize(c.nc, 64<<10)
 	idle := s.cfg.SilenceLimit()
 	defer s.closePath(p)
+	defer func() {
+		c.wmu.Lock()
+		c.closePipe()
+		c.wmu.Unlock()
+	}()
 	var ack [frame.HeaderSize]byte
 	frame.HeartbeatHeader(true).MarshalTo(ack[:])
 	c.wbuf = make([]byte, 0, flushThreshold+sio.chunk+frame.HeaderSize)

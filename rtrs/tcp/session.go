@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"syscall"
 
 	"github.com/urnbd/urnbd/rtrs"
 	"github.com/urnbd/urnbd/rtrs/tcp/internal/frame"
@@ -50,6 +51,12 @@ type ServerConn struct {
 	bufs   net.Buffers // a writev of gathered answers and read data, in iovArr
 	iovArr [3][]byte
 	hdr    [frame.HeaderSize]byte // the answer header in bufs
+	// SpliceRead's: the connection's raw socket and pipe (guarded by
+	// wmu), and noSplice once it is known that it cannot have them.
+	raw      syscall.RawConn
+	pipe     *splicePipe
+	pipeCap  int
+	noSplice bool
 }
 
 // CID returns the connection's index in its path.
