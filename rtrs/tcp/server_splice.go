@@ -68,6 +68,12 @@ func (io *ServerIO) SpliceRead(fd int, off int64) bool {
 // splicePipe is a connection's pipe for SpliceRead.
 type splicePipe struct {
 	r, w int
+	// The answer being sent: what is left of the gathered bytes before
+	// the data, of the data in the pipe, and the error that ended it.
+	head  []byte
+	left  int
+	err   error
+	write func(s uintptr) bool // sendStep, bound once
 }
 
 // splicePipe returns the connection's pipe, made at the first use with
@@ -105,8 +111,10 @@ func (c *ServerConn) splicePipe(n int) *splicePipe {
 		c.noSplice = true // over the system's pipe size limit: it stays
 		return nil
 	}
-	c.pipe, c.pipeCap = &splicePipe{r: fds[0], w: fds[1]}, size
-	return c.pipe
+	p := &splicePipe{r: fds[0], w: fds[1]}
+	p.write = p.sendStep
+	c.pipe, c.pipeCap = p, size
+	return p
 }
 
 // closePipe closes the connection's pipe, if any; c.wmu is held.
@@ -145,43 +153,47 @@ func (p *splicePipe) fill(fd int, off int64, n int) syscall.Errno {
 // spliced one) and then the n bytes in the pipe to the socket, waiting
 // for room in it as a write on the connection does. c.wmu is held.
 func (c *ServerConn) sendSpliced(p *splicePipe, n int) error {
-	head := c.wbuf
-	var opErr error
-	err := c.raw.Write(func(s uintptr) bool {
-		for len(head) > 0 {
-			// MSG_MORE: the header shares its segment with the data.
-			k, err := unix.SendmsgN(int(s), head, nil, nil, unix.MSG_MORE|unix.MSG_NOSIGNAL)
-			switch {
-			case err == unix.EINTR:
-				continue
-			case err == unix.EAGAIN:
-				return false
-			case err != nil:
-				opErr = err
-				return true
-			}
-			head = head[k:]
-		}
-		for n > 0 {
-			k, err := unix.Splice(p.r, nil, int(s), nil, n, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
-			switch {
-			case err == unix.EINTR:
-				continue
-			case err == unix.EAGAIN:
-				return false
-			case err != nil:
-				opErr = err
-				return true
-			case k == 0:
-				opErr = syscall.EPIPE
-				return true
-			}
-			n -= int(k)
-		}
-		return true
-	})
-	if err != nil {
+	p.head, p.left, p.err = c.wbuf, n, nil
+	if err := c.raw.Write(p.write); err != nil {
 		return err
 	}
-	return opErr
+	return p.err
+}
+
+// sendStep is sendSpliced's step for syscall.RawConn.Write, made once per
+// pipe (a closure per answer would allocate): false waits for room in
+// the socket s.
+func (p *splicePipe) sendStep(s uintptr) bool {
+	for len(p.head) > 0 {
+		// MSG_MORE: the header shares its segment with the data.
+		k, err := unix.SendmsgN(int(s), p.head, nil, nil, unix.MSG_MORE|unix.MSG_NOSIGNAL)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.EAGAIN:
+			return false
+		case err != nil:
+			p.err = err
+			return true
+		}
+		p.head = p.head[k:]
+	}
+	for p.left > 0 {
+		k, err := unix.Splice(p.r, nil, int(s), nil, p.left, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.EAGAIN:
+			return false
+		case err != nil:
+			p.err = err
+			return true
+		case k == 0:
+			p.err = syscall.EPIPE
+			return true
+		}
+		p.left -= int(k)
+	}
+	p.head = nil
+	return true
 }

@@ -104,3 +104,14 @@ func TestSpliceReadError(t *testing.T) {
 		t.Errorf("paths after the failed read: %+v", paths)
 	}
 }
+
+// TestSpliceReadAllocatesNothing: the spliced answer allocates nothing
+// per request, on either side.
+func TestSpliceReadAllocatesNothing(t *testing.T) {
+	b := newFileBackend(t, 1<<20)
+	_, addr := startIOServer(t, b, "127.0.0.1:0")
+	checkNoAllocsPerRequest(t, dialTest(t, rtrs.MinInflight, 1, addr))
+	if b.spliced.Load() == 0 {
+		t.Error("no read was spliced")
+	}
+}
