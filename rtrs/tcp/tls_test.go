@@ -56,12 +56,18 @@ func needKTLS(t *testing.T) {
 // from ca; client certificates from clientCA required if not nil).
 func startTLSServer(t *testing.T, ca, clientCA *tlstest.CA) (*Server, string) {
 	t.Helper()
+	return startTLSServerWith(t, newMemBackend(16<<20), ca, clientCA)
+}
+
+// startTLSServerWith is startTLSServer with handler h.
+func startTLSServerWith(t *testing.T, h ServerHandler, ca, clientCA *tlstest.CA) (*Server, string) {
+	t.Helper()
 	cfg := &tls.Config{Certificates: []tls.Certificate{ca.Issue(t, "server")}}
 	if clientCA != nil {
 		cfg.ClientCAs, cfg.ClientAuth = clientCA.Pool, tls.RequireAndVerifyClientCert
 	}
 	srv, err := NewServer(ServerConfig{ServerConfig: rtrs.ServerConfig{QueueDepth: sessQD, ChunkSize: 64 << 10, MaxHdrSize: 4096,
-		HeartbeatInterval: 100 * time.Millisecond, MissedHeartbeats: 5, Logf: t.Logf}, Handler: newMemBackend(16 << 20), TLS: cfg})
+		HeartbeatInterval: 100 * time.Millisecond, MissedHeartbeats: 5, Logf: t.Logf}, Handler: h, TLS: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,4 +159,22 @@ func TestLabTLSAllocatesNothingPerRequest(t *testing.T) {
 	cfg := testConfig(rtrs.MinInflight, 1, addr)
 	cfg.TLS = &tls.Config{RootCAs: ca.Pool}
 	checkNoAllocsPerRequest(t, dialTestConfig(t, cfg))
+}
+
+// Over kTLS, large reads spliced into the socket arrive intact (the
+// kernel encrypts the pipe's pages).
+func TestLabTLSSpliceRead(t *testing.T) {
+	needKTLS(t)
+	ca := tlstest.NewCA(t, "ca")
+	b := newFileBackend(t, 16<<20)
+	_, addr := startTLSServerWith(t, b, ca, nil)
+	cfg := testConfig(rtrs.MinInflight, 2, addr)
+	cfg.TLS = &tls.Config{RootCAs: ca.Pool}
+	c := dialTestConfig(t, cfg)
+	for _, v := range runVerifiers(c, 8, 60<<10, 10) {
+		v.Wait(t, 30*time.Second)
+	}
+	if b.spliced.Load() == 0 {
+		t.Error("no read was spliced")
+	}
 }
