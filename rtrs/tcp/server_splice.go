@@ -57,6 +57,9 @@ func (io *ServerIO) SpliceRead(fd int, off int64) bool {
 	io.busy.Store(false)
 	err = c.sendSpliced(p, n)
 	c.wbuf = c.wbuf[:0]
+	if err != nil {
+		c.closePipe() // it may hold data not sent; the connection goes too
+	}
 	c.wmu.Unlock()
 	if err != nil {
 		_ = c.nc.Close()
@@ -164,9 +167,19 @@ func (c *ServerConn) sendSpliced(p *splicePipe, n int) error {
 // pipe (a closure per answer would allocate): false waits for room in
 // the socket s.
 func (p *splicePipe) sendStep(s uintptr) bool {
-	for len(p.head) > 0 {
-		// MSG_MORE: the header shares its segment with the data.
-		k, err := unix.SendmsgN(int(s), p.head, nil, nil, unix.MSG_MORE|unix.MSG_NOSIGNAL)
+	for len(p.head) > 0 || p.left > 0 {
+		var k int
+		var err error
+		if len(p.head) > 0 {
+			// MSG_MORE: the header shares its segment with the data.
+			k, err = unix.SendmsgN(int(s), p.head, nil, nil, unix.MSG_MORE|unix.MSG_NOSIGNAL)
+		} else {
+			var k64 int64
+			k64, err = unix.Splice(p.r, nil, int(s), nil, p.left, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
+			if k = int(k64); err == nil && k == 0 {
+				err = syscall.EPIPE
+			}
+		}
 		switch {
 		case err == unix.EINTR:
 			continue
@@ -176,23 +189,11 @@ func (p *splicePipe) sendStep(s uintptr) bool {
 			p.err = err
 			return true
 		}
-		p.head = p.head[k:]
-	}
-	for p.left > 0 {
-		k, err := unix.Splice(p.r, nil, int(s), nil, p.left, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
-		switch {
-		case err == unix.EINTR:
-			continue
-		case err == unix.EAGAIN:
-			return false
-		case err != nil:
-			p.err = err
-			return true
-		case k == 0:
-			p.err = syscall.EPIPE
-			return true
+		if len(p.head) > 0 {
+			p.head = p.head[k:]
+		} else {
+			p.left -= k
 		}
-		p.left -= int(k)
 	}
 	p.head = nil
 	return true
