@@ -226,7 +226,7 @@ func testConfig(policy rtrs.MPPolicy, queues int, dsts ...string) ClientConfig {
 // until the test ends.
 func dialTestConfig(t *testing.T, cfg ClientConfig) *Client {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second+cfg.Timeout)
 	defer cancel()
 	c, err := DialClient(ctx, cfg)
 	if err != nil {

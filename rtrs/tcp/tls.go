@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"syscall"
 	"time"
 
@@ -179,7 +180,10 @@ func clientTLS(ctx context.Context, nc *net.TCPConn, cfg *tls.Config, timeout ti
 	err := installKTLS(nc, &cs, true)
 	if err == nil {
 		var b [1]byte
-		if _, rerr := nc.Read(b[:]); rerr != nil {
+		if _, rerr := nc.Read(b[:]); errors.Is(rerr, os.ErrDeadlineExceeded) {
+			// Slow, not a refusal (that is a close): the caller may retry.
+			return cs, fmt.Errorf("TLS with %v: no ready byte from the server within %v of the connect: %w", nc.RemoteAddr(), timeout, syscall.ETIMEDOUT)
+		} else if rerr != nil {
 			err = rerr
 		} else if b[0] != tlsReady {
 			err = fmt.Errorf("ready byte %#x", b[0])

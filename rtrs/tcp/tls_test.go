@@ -52,6 +52,11 @@ func needKTLS(t *testing.T) {
 	t.Skip("needs the kernel's TLS (kTLS, the tls module), which this host's kernel lacks; it runs in the lab (tools/test.sh lab)")
 }
 
+// tlsConnectTimeout bounds a TLS test's connect attempts: a handshake in
+// a freshly booted lab VM under a busy host took more than the 2 s of
+// testConfig.
+const tlsConnectTimeout = 10 * time.Second
+
 // startTLSServer starts a memory server with TLS (the server's certificate
 // from ca; client certificates from clientCA required if not nil).
 func startTLSServer(t *testing.T, ca, clientCA *tlstest.CA) (*Server, string) {
@@ -123,6 +128,7 @@ func TestLabTLSSessionReadsAndWrites(t *testing.T) {
 	ca, clients, other := tlstest.NewCA(t, "ca"), tlstest.NewCA(t, "client ca"), tlstest.NewCA(t, "other ca")
 	srv, addr := startTLSServer(t, ca, clients)
 	cfg := testConfig(rtrs.MinInflight, 2, addr)
+	cfg.Timeout = tlsConnectTimeout
 	cfg.TLS = &tls.Config{RootCAs: ca.Pool, Certificates: []tls.Certificate{clients.Issue(t, "web1")}}
 	cfg.RenewBytes = 2 << 20 // new keys (a new TLS connection) every 2 MiB
 	c := dialTestConfig(t, cfg)
@@ -157,6 +163,7 @@ func TestLabTLSAllocatesNothingPerRequest(t *testing.T) {
 	ca := tlstest.NewCA(t, "ca")
 	_, addr := startTLSServer(t, ca, nil)
 	cfg := testConfig(rtrs.MinInflight, 1, addr)
+	cfg.Timeout = tlsConnectTimeout
 	cfg.TLS = &tls.Config{RootCAs: ca.Pool}
 	checkNoAllocsPerRequest(t, dialTestConfig(t, cfg))
 }
@@ -169,6 +176,7 @@ func TestLabTLSSpliceRead(t *testing.T) {
 	b := newFileBackend(t, 16<<20)
 	_, addr := startTLSServerWith(t, b, ca, nil)
 	cfg := testConfig(rtrs.MinInflight, 2, addr)
+	cfg.Timeout = tlsConnectTimeout
 	cfg.TLS = &tls.Config{RootCAs: ca.Pool}
 	c := dialTestConfig(t, cfg)
 	for _, v := range runVerifiers(c, 8, 60<<10, 10) {
@@ -176,5 +184,30 @@ func TestLabTLSSpliceRead(t *testing.T) {
 	}
 	if b.spliced.Load() == 0 {
 		t.Error("no read was spliced")
+	}
+}
+
+// A server that finishes the handshake but never says it is ready is
+// slow, not a refusal: the connect fails with ETIMEDOUT, not EACCES.
+func TestLabTLSReadyTimeout(t *testing.T) {
+	needKTLS(t)
+	ca := tlstest.NewCA(t, "ca")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	mustNoErr(t, err)
+	t.Cleanup(func() { ln.Close() })
+	cfg := &tls.Config{Certificates: []tls.Certificate{ca.Issue(t, "server")}}
+	go func() {
+		nc, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer nc.Close()
+		if tls.Server(nc, cfg).Handshake() == nil {
+			time.Sleep(5 * time.Second) // longer than the client's timeout
+		}
+	}()
+	_, err = dialTLSPath(ln.Addr().String(), &tls.Config{RootCAs: ca.Pool})
+	if !errors.Is(err, syscall.ETIMEDOUT) || errors.Is(err, ErrCertRefused) {
+		t.Errorf("silent server after the handshake: %v; want ETIMEDOUT, not a certificate refusal", err)
 	}
 }
