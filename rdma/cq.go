@@ -29,7 +29,19 @@ import (
 type CompChannel struct {
 	ch  *C.struct_ibv_comp_channel
 	ctx Context
+	// readable: the device's provider does nothing when it hands out an
+	// event (see ReadableEvents).
+	readable bool
 }
+
+// EventSize is the size of one event as read(2) of a completion channel's
+// fd returns it: struct ib_uverbs_comp_event_desc, which holds only the
+// CQ's user handle (CQ.UserHandle), a native-endian 64-bit word.
+const EventSize = 8
+
+// vendorRXE is the vendor ID that the kernel's soft-RoCE driver (rxe)
+// reports (RXE_VENDOR_ID in drivers/infiniband/sw/rxe/rxe_param.h).
+const vendorRXE = 0xffffff
 
 // NewCompChannel creates a completion channel on the device
 // (ibv_create_comp_channel).
@@ -41,8 +53,22 @@ func (c Context) NewCompChannel() (*CompChannel, error) {
 	if ch == nil {
 		return nil, fmt.Errorf("ibv_create_comp_channel %s: %w", c.DeviceName(), errnoOf(err))
 	}
-	return &CompChannel{ch: ch, ctx: c}, nil
+	cc := &CompChannel{ch: ch, ctx: c}
+	if a, err := c.QueryDevice(); err == nil && a.VendorID == vendorRXE {
+		cc.readable = true
+	}
+	return cc, nil
 }
+
+// ReadableEvents reports whether the caller may take the channel's events
+// by reading them from Fd itself, EventSize bytes each (with read(2), or
+// an io_uring READ linked behind a POLL_ADD of the fd, which saves the
+// wake-up one system call), acknowledging each with CQ.AckRead, instead of
+// with GetEvent or TakeEvent. ibv_get_cq_event, after its read, calls the
+// provider's cq_event hook, which mlx4 and mlx5 use to count arm sequence
+// numbers: a CQ armed without it may raise no event. So this is true only
+// for rxe, whose rdma-core provider has no such hook.
+func (ch *CompChannel) ReadableEvents() bool { return ch.readable }
 
 // Fd returns the channel's file descriptor, to wait on with poll(2), epoll
 // or io_uring (IORING_OP_POLL_ADD): it is readable when a CQ event is
@@ -211,6 +237,21 @@ func (q *CQ) Ack(n int) {
 	}
 	q.unacked.Add(-int64(n))
 	C.ibv_ack_cq_events(q.cq, C.uint(n))
+}
+
+// AckRead acknowledges an event that the caller read from the channel's
+// fd itself (see CompChannel.ReadableEvents): ev is the word it read. An
+// event of another CQ is an error, and not acknowledged: it cannot be,
+// from here (a channel that serves one CQ never has one).
+func (q *CQ) AckRead(ev uint64) error {
+	if q.cq == nil {
+		return ErrClosed
+	}
+	if ev != q.UserHandle() {
+		return fmt.Errorf("rdma: completion event of CQ %#x read on a channel of CQ %#x: %w", ev, q.UserHandle(), syscall.EINVAL)
+	}
+	C.ibv_ack_cq_events(q.cq, 1)
+	return nil
 }
 
 // Poll polls up to len(wcs) completions into wcs (ibv_poll_cq) and returns

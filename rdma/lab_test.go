@@ -6,15 +6,18 @@ import (
 	"errors"
 	"net/netip"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/urnbd/urnbd/internal/labtest"
+	"github.com/urnbd/urnbd/uring"
 )
 
 // Lab tests: real soft-RoCE (rxe) over the lab's path 1, 192.0.2.1 (rxe0,
@@ -536,6 +539,103 @@ func TestLabConnection(t *testing.T) {
 		}
 		if ready(0) {
 			t.Error("fd still readable after the event was consumed")
+		}
+	})
+
+	// An event loop's wait in io_uring: a POLL_ADD of the channel linked to
+	// a READ of the event (as rtrs/rdmatr waits where ReadableEvents says
+	// it may), acknowledged with AckRead; then a wait removed before any
+	// event, which takes none. A missed acknowledgement would hang the
+	// CQ's Destroy in p.close.
+	t.Run("ReadEvent", func(t *testing.T) {
+		if !s.cc.ReadableEvents() || !c.cc.ReadableEvents() {
+			t.Fatalf("rxe's channels: ReadableEvents false")
+		}
+		runtime.LockOSThread() // a loop ring has one issuer
+		defer runtime.UnlockOSThread()
+		ring, err := uring.NewLoop(8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ring.Close()
+		var ev uint64
+		wait := func(head, ud uint64) {
+			if err := ring.Reserve(2); err != nil {
+				t.Fatal(err)
+			}
+			p := ring.GetSQE()
+			p.PrepPollAdd(int32(s.cc.Fd()), unix.POLLIN, false, head)
+			p.Flags |= uring.SQEIOLink
+			ring.GetSQE().PrepRead(int32(s.cc.Fd()), unsafe.Pointer(&ev), EventSize, ^uint64(0), ud)
+			if _, err := ring.Submit(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		next := func() uring.CQE {
+			cqe, err := ring.WaitCQETimeout(labTimeout)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := *cqe
+			ring.CQESeen()
+			return got
+		}
+		if err := s.cq.ReqNotify(false); err != nil {
+			t.Fatal(err)
+		}
+		if k, _ := s.cq.Poll(s.wcs); k != 0 {
+			t.Fatalf("not idle: %d completions", k)
+		}
+		wait(1, 2)
+		if err := rb.Add(10, s.mr.SGE(0, slot)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rb.Post(s.qp); err != nil {
+			t.Fatal(err)
+		}
+		if err := sb.Add(SendWR{ID: 8, Opcode: WRSendWithImm, Flags: SendSignaled, Imm: 6}, c.mr.SGE(0, 64)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sb.Post(c.qp); err != nil {
+			t.Fatal(err)
+		}
+		c.pollN(t, 1)
+		if cqe := next(); cqe.UserData != 1 || cqe.Res&unix.POLLIN == 0 {
+			t.Fatalf("wait: first %+v, want the POLL_ADD (1) readable", cqe)
+		}
+		if cqe := next(); cqe.UserData != 2 || cqe.Res != EventSize {
+			t.Fatalf("wait ended with %+v, want the READ (2) of %d bytes", cqe, EventSize)
+		}
+		if ev != s.cq.UserHandle() {
+			t.Fatalf("event %#x, want the CQ's user handle %#x", ev, s.cq.UserHandle())
+		}
+		if err := s.cq.AckRead(ev + 8); !errors.Is(err, unix.EINVAL) {
+			t.Errorf("AckRead of another CQ's event: %v, want EINVAL", err)
+		}
+		if err := s.cq.AckRead(ev); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.cq.ReqNotify(false); err != nil {
+			t.Fatal(err)
+		}
+		if w := s.pollN(t, 1)[0]; w.WRID != 10 || w.Imm != 6 {
+			t.Errorf("wc %+v", w)
+		}
+		// Removing the POLL_ADD ends the wait: the READ is cancelled.
+		ev = 0
+		wait(3, 4)
+		ring.GetSQE().PrepPollRemove(3, 5)
+		if _, err := ring.Submit(); err != nil {
+			t.Fatal(err)
+		}
+		res := map[uint64]int32{}
+		for len(res) < 3 {
+			cqe := next()
+			res[cqe.UserData] = cqe.Res
+		}
+		if res[3] != -int32(unix.ECANCELED) || res[4] != -int32(unix.ECANCELED) || res[5] != 0 || ev != 0 {
+			t.Errorf("removed wait: poll %d, read %d, remove %d, event %#x; want both cancelled, nothing read",
+				res[3], res[4], res[5], ev)
 		}
 	})
 

@@ -31,3 +31,16 @@ func (r *Ring) NextSQE() (*SQE, error) {
 		}
 	}
 }
+
+// Reserve makes room for n entries that must go into the submission
+// queue together, such as a chain of linked ones (SQEIOLink): a chain cut
+// by a submission in its middle ends there. When fewer than n are free it
+// submits what is pending, as NextSQE does. n must not exceed SQEntries.
+func (r *Ring) Reserve(n uint32) error {
+	for r.SQSpace() < n {
+		if _, err := r.Submit(); err != nil && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.EAGAIN) {
+			return err
+		}
+	}
+	return nil
+}

@@ -35,3 +35,39 @@ func TestNewLoop(t *testing.T) {
 		t.Fatalf("NextSQE on a new loop ring: %v, %v", s, err)
 	}
 }
+
+// Reserve leaves room for a whole chain: with one entry free it submits
+// the pending ones, and a linked pair prepared after it runs as a chain
+// (a failed head cancels its tail).
+func TestReserveKeepsChainWhole(t *testing.T) {
+	r := newRing(t, 4, 0)
+	for r.SQSpace() > 1 {
+		r.GetSQE().PrepNop(1)
+	}
+	if err := r.Reserve(2); err != nil {
+		t.Fatal(err)
+	}
+	if r.SQSpace() < 2 {
+		t.Fatalf("Reserve(2) left %d entries free", r.SQSpace())
+	}
+	head := r.GetSQE()
+	head.PrepPollRemove(12345, 2) // no such poll: fails with ENOENT
+	head.Flags |= SQEIOLink
+	r.GetSQE().PrepNop(3)
+	if _, err := r.SubmitAndWait(2); err != nil {
+		t.Fatal(err)
+	}
+	res := map[uint64]int32{}
+	ended := func() bool { _, h := res[2]; _, t := res[3]; return h && t }
+	for !ended() {
+		r.ForEachCQE(func(c *CQE) { res[c.UserData] = c.Res })
+		if !ended() {
+			if _, err := r.SubmitAndWait(1); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if res[2] >= 0 || res[3] != -125 { // ECANCELED
+		t.Errorf("head %d, tail %d: want the head failed and its linked tail cancelled", res[2], res[3])
+	}
+}

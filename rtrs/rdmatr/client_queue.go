@@ -6,8 +6,6 @@ import (
 	"sync/atomic"
 	"syscall"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/urnbd/urnbd/rdma"
 	"github.com/urnbd/urnbd/rtrs"
 	"github.com/urnbd/urnbd/rtrs/internal/clientq"
@@ -22,8 +20,8 @@ type Request = rtrs.Request
 // ClientQueue is one per-CPU queue of a client session: the requests
 // submitted on one thread go out on that queue's IO connection of the path
 // the policy picks, and their completions come back on the same thread:
-// the queue's io_uring polls the completion channels of its connections
-// (one-shot POLL_ADD, re-armed after each wake-up). All its methods but
+// the queue's io_uring waits on the completion channels of its
+// connections (conn.armWait, made anew after each wake-up). All its methods but
 // Run and Do must be called on the queue's thread (from Run's start
 // function or a Done callback).
 type ClientQueue struct {
@@ -67,6 +65,7 @@ type qconn struct {
 const (
 	udPoll   = 1 << 56
 	udCancel = 4 << 56
+	udPollHd = 5 << 56 // the POLL_ADD before a wait's READ: see conn.armWait
 )
 
 func newClientQueue(c *Client, id int) (*ClientQueue, error) {
@@ -145,6 +144,7 @@ func (t *queueTransport) AttachRing(ring *uring.Ring, base uint64) bool {
 			continue
 		}
 		qc.pollOn = false
+		qc.cn.dropWait()
 		if qc.Dead {
 			t.reap(qc)
 			continue
@@ -165,6 +165,13 @@ func (q *ClientQueue) Detach() { (*queueTransport)(q).Detach() }
 
 // Detach implements clientq.Transport.
 func (t *queueTransport) Detach() {
+	for _, qc := range t.core.Slots {
+		if qc != nil && qc.pollOn && !qc.reaped {
+			// The wait dies with the ring. While the queue is driven
+			// no path frees the CQ: before driven is cleared.
+			qc.cn.dropWait()
+		}
+	}
 	t.driven.Store(false) // before failed is read: see teardown
 	for _, qc := range t.core.Slots {
 		if qc != nil && qc.pc.failed.Load() {
@@ -176,14 +183,17 @@ func (t *queueTransport) Detach() {
 
 func (t *queueTransport) armPoll(qc *qconn) {
 	qc.pollOn = true
-	t.core.SQE().PrepPollAdd(int32(qc.cn.cc.Fd()), unix.POLLIN, false, t.core.UDBase|udPoll|uint64(qc.Slot))
+	slot := uint64(qc.Slot)
+	if err := qc.cn.armWait(t.core.Ring, t.core.UDBase|udPollHd|slot, t.core.UDBase|udPoll|slot); err != nil {
+		panic(fmt.Sprintf("rtrs/rdmatr client queue %d: submit: %v", t.core.ID, err))
+	}
 }
 
 // HandleCQE implements clientq.Transport.
 func (t *queueTransport) HandleCQE(cqe *uring.CQE) {
 	if cqe.UserData&clientq.UDKind == udPoll {
 		if qc := t.core.SlotConn(cqe.UserData); qc != nil {
-			t.onPoll(qc)
+			t.onPoll(qc, cqe.Res)
 		}
 	}
 }
@@ -339,8 +349,11 @@ func (t *queueTransport) FlushConn(qc *qconn) {
 // events, re-arm the CQ, poll it empty, re-post receives, re-arm the poll.
 // A connection that fails on the way is reaped only at the end, once
 // nothing here touches its CQ or QP.
-func (t *queueTransport) onPoll(qc *qconn) {
+func (t *queueTransport) onPoll(qc *qconn, res int32) {
 	qc.pollOn = false
+	if err := qc.cn.endWait(res); err != nil && !qc.Dead {
+		t.Fail(qc, err.Error())
+	}
 	if !qc.Dead {
 		qc.polling = true
 		t.pollConn(qc)
@@ -355,7 +368,7 @@ func (t *queueTransport) onPoll(qc *qconn) {
 
 // pollConn is onPoll on a live connection; it stops at the first failure.
 func (t *queueTransport) pollConn(qc *qconn) {
-	if err := qc.cn.drainEvents(); err != nil {
+	if err := qc.cn.rearm(); err != nil {
 		t.Fail(qc, "completion channel")
 		return
 	}
@@ -439,7 +452,11 @@ func (t *queueTransport) Fail(qc *qconn, why string) {
 		t.core.FailOver(qc)
 	}
 	if qc.pollOn {
-		t.core.SQE().PrepPollRemove(t.core.UDBase|udPoll|uint64(qc.Slot), t.core.UDBase|udCancel)
+		target := uint64(udPoll)
+		if qc.cn.readEvents {
+			target = udPollHd // removing it cancels the READ linked to it
+		}
+		t.core.SQE().PrepPollRemove(t.core.UDBase|target|uint64(qc.Slot), t.core.UDBase|udCancel)
 	}
 	t.reap(qc)
 }

@@ -7,11 +7,13 @@ import (
 	"os"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/urnbd/urnbd/rdma"
 	"github.com/urnbd/urnbd/rtrs"
+	"github.com/urnbd/urnbd/uring"
 )
 
 // Params are the session parameters a server announced in its ConnRsp.
@@ -37,6 +39,10 @@ type conn struct {
 	nrecv int
 	rbuf  []byte // nrecv slots of recvSlot bytes (plus extra room, see newConn)
 	rmr   *rdma.MR
+	// readEvents: a loop's wait for the channel reads the event itself
+	// (armWait); event is where that READ puts it.
+	readEvents bool
+	event      uint64
 }
 
 // newConn creates the verbs resources of a connection on id in pd: a CQ
@@ -83,6 +89,7 @@ func newConn(id *rdma.CMID, pd *rdma.PD, cid uint16, sendWR, recvWR, extra int, 
 	if err = c.cq.ReqNotify(false); err != nil {
 		return nil, err
 	}
+	c.readEvents = c.cc.ReadableEvents()
 	return c, nil
 }
 
@@ -163,6 +170,82 @@ func (c *conn) drainEvents() error {
 		return err
 	}
 	return c.cq.ReqNotify(false)
+}
+
+// armWait prepares in ring the wait of an event loop for the connection's
+// next completion event. The entry with user data ud ends the wait; give
+// its result to endWait, then, to go on with the connection, call rearm
+// and poll the CQ empty. Where the channel's events are readable
+// (rdma.CompChannel.ReadableEvents) the wait is a POLL_ADD of the channel
+// (user data head, a completion to ignore; removing it ends the wait)
+// linked to a READ of the event (ud): the event then
+// comes with the wake-up, and rearm need not read(2) it, one system call
+// fewer per wake-up. Otherwise it is a POLL_ADD alone (ud).
+func (c *conn) armWait(ring *uring.Ring, head, ud uint64) error {
+	fd := int32(c.cc.Fd())
+	if !c.readEvents {
+		s, err := ring.NextSQE()
+		if err != nil {
+			return err
+		}
+		s.PrepPollAdd(fd, unix.POLLIN, false, ud)
+		return nil
+	}
+	if err := ring.Reserve(2); err != nil {
+		return err
+	}
+	p := ring.GetSQE()
+	p.PrepPollAdd(fd, unix.POLLIN, false, head)
+	// Not with SQECQESkipSuccess: in the lab (Linux 7.3, a loop ring)
+	// no completion of the READ behind such a POLL_ADD came within 20s,
+	// and the process then hung.
+	p.Flags |= uring.SQEIOLink
+	// The channel is non-blocking and not FMODE_NOWAIT: io_uring does not
+	// wait in a READ of it, which is why the POLL_ADD comes first.
+	c.event = 0
+	ring.GetSQE().PrepRead(fd, unsafe.Pointer(&c.event), rdma.EventSize, ^uint64(0), ud)
+	return nil
+}
+
+// endWait ends a wait of armWait whose last entry completed with res: an
+// event the wait read is acknowledged. Call it for every wait that ends,
+// also one of a connection going away, or destroying the CQ waits for the
+// event forever.
+func (c *conn) endWait(res int32) error {
+	if !c.readEvents {
+		return nil // the event, if any, is still in the channel: see rearm
+	}
+	switch res {
+	case rdma.EventSize:
+		ev := c.event
+		c.event = 0
+		return c.cq.AckRead(ev)
+	case -int32(unix.EAGAIN), -int32(unix.ECANCELED):
+		return nil // no event read: none was pending, or the wait was removed
+	}
+	if res < 0 {
+		return fmt.Errorf("rtrs/rdmatr: read completion event: %w", unix.Errno(-res))
+	}
+	return fmt.Errorf("rtrs/rdmatr: read completion event: %d bytes: %w", res, unix.EIO)
+}
+
+// dropWait is endWait for a wait whose ring went away before its
+// completion was reaped: an event its READ took is acknowledged.
+func (c *conn) dropWait() {
+	if c.readEvents && c.event != 0 {
+		ev := c.event
+		c.event = 0
+		c.cq.AckRead(ev) // an error: not this CQ's event, nothing to acknowledge
+	}
+}
+
+// rearm re-arms the CQ after a wait ended (endWait), first taking the
+// channel's event where the wait did not read it.
+func (c *conn) rearm() error {
+	if c.readEvents {
+		return c.cq.ReqNotify(false)
+	}
+	return c.drainEvents()
 }
 
 // takeEvent takes and acknowledges the channel's pending event, if there

@@ -42,14 +42,14 @@ func (sc *serverConn) stopped() bool {
 }
 
 // serveBatch handles a wake-up of the connection's completion channel on
-// its loop's thread: it takes the event, re-arms the CQ, and polls it
+// its loop's thread: it takes the event (if the wait did not), re-arms the CQ, and polls it
 // empty, serving each request, then re-posts the receives. The answers
 // go out at the end of the loop's batch (serverLoop.endBatch), with one
 // ibv_post_send. It returns false when the connection must not be polled
 // again: its path is shut, or closing (it started that).
 func (sc *serverConn) serveBatch() bool {
 	s := sc.p.sess.s
-	if err := sc.c.drainEvents(); err != nil {
+	if err := sc.c.rearm(); err != nil {
 		s.logf("path %v cid %d: %v", sc.local, sc.c.cid, err)
 		go s.closePath(sc.p)
 		return false

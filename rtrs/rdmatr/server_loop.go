@@ -14,9 +14,9 @@ import (
 )
 
 // The server runs to completion, one loop per CPU, as the client does: a
-// thread pinned to its CPU owns an io_uring in which it polls the
-// completion channels of the connections given to it (POLL_ADD, re-armed
-// after each wake-up), takes their requests off the CQ, serves them
+// thread pinned to its CPU owns an io_uring in which it waits on the
+// completion channels of the connections given to it (conn.armWait, made
+// anew after each wake-up), takes their requests off the CQ, serves them
 // (a synchronous backend completes on this thread) and posts the answers
 // of a batch with one ibv_post_send. A connection goes to loop cid mod
 // loops. There is no goroutine per connection, no netpoller and no hop
@@ -55,6 +55,7 @@ const (
 	udSrvCancel  = 2 << 56
 	udSrvWake    = 3 << 56
 	udSrvBackend = 4 << 56
+	udSrvPollHd  = 5 << 56 // the POLL_ADD before a wait's READ: see conn.armWait
 	udSrvKind    = 0xf << 56
 )
 
@@ -148,6 +149,9 @@ func (l *serverLoop) run(ready chan<- error) {
 			l.s.logf("loop on CPU %d: %v", l.cpu, err)
 			for _, sc := range l.conns {
 				if sc != nil {
+					if sc.pollOn {
+						sc.c.dropWait()
+					}
 					l.release(sc)
 				}
 			}
@@ -255,7 +259,9 @@ func (l *serverLoop) armWake() {
 
 func (l *serverLoop) armPoll(sc *serverConn) {
 	sc.pollOn = true
-	l.sqe().PrepPollAdd(int32(sc.c.cc.Fd()), unix.POLLIN, false, udSrvPoll|uint64(sc.loopSlot))
+	if err := sc.c.armWait(l.ring, udSrvPollHd|uint64(sc.loopSlot), udSrvPoll|uint64(sc.loopSlot)); err != nil {
+		panic(fmt.Sprintf("rtrs/rdmatr server loop: submit: %v", err))
+	}
 }
 
 func (l *serverLoop) handleCQE(cqe *uring.CQE) {
@@ -276,9 +282,16 @@ func (l *serverLoop) handleCQE(cqe *uring.CQE) {
 		}
 		sc := l.conns[slot]
 		sc.pollOn = false
+		err := sc.c.endWait(cqe.Res)
 		if sc.removing || sc.stopped() {
 			l.release(sc)
 			return
+		}
+		if err != nil {
+			s := sc.p.sess.s
+			s.logf("path %v cid %d: %v", sc.local, sc.c.cid, err)
+			go s.closePath(sc.p)
+			return // its remove message lets the connection go
 		}
 		if !sc.serveBatch() {
 			// The path closes (serveBatch started it): its remove
@@ -314,8 +327,12 @@ func (l *serverLoop) handleMsg(m loopMsg) {
 		}
 		sc.removing = true
 		if sc.pollOn {
-			l.sqe().PrepPollRemove(udSrvPoll|uint64(sc.loopSlot), udSrvCancel)
-			return // released when the poll ends
+			target := uint64(udSrvPoll)
+			if sc.c.readEvents {
+				target = udSrvPollHd // removing it cancels the READ linked to it
+			}
+			l.sqe().PrepPollRemove(target|uint64(sc.loopSlot), udSrvCancel)
+			return // released when the wait ends
 		}
 		l.release(sc)
 	}
