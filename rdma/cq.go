@@ -62,7 +62,7 @@ func (c Context) NewCompChannel() (*CompChannel, error) {
 
 // ReadableEvents reports whether the caller may take the channel's events
 // by reading them from Fd itself, EventSize bytes each (with read(2), or
-// an io_uring READ linked behind a POLL_ADD of the fd, which saves the
+// an io_uring READ submitted with the next wait, which saves the
 // wake-up one system call), acknowledging each with CQ.AckRead, instead of
 // with GetEvent or TakeEvent. ibv_get_cq_event, after its read, calls the
 // provider's cq_event hook, which mlx4 and mlx5 use to count arm sequence

@@ -65,7 +65,7 @@ type qconn struct {
 const (
 	udPoll   = 1 << 56
 	udCancel = 4 << 56
-	udPollHd = 5 << 56 // the POLL_ADD before a wait's READ: see conn.armWait
+	udEvRead = 5 << 56 // the READ of a completion event before a wait: see conn.armWait
 )
 
 func newClientQueue(c *Client, id int) (*ClientQueue, error) {
@@ -184,16 +184,25 @@ func (t *queueTransport) Detach() {
 func (t *queueTransport) armPoll(qc *qconn) {
 	qc.pollOn = true
 	slot := uint64(qc.Slot)
-	if err := qc.cn.armWait(t.core.Ring, t.core.UDBase|udPollHd|slot, t.core.UDBase|udPoll|slot); err != nil {
+	if err := qc.cn.armWait(t.core.Ring, t.core.UDBase|udEvRead|slot, t.core.UDBase|udPoll|slot); err != nil {
 		panic(fmt.Sprintf("rtrs/rdmatr client queue %d: submit: %v", t.core.ID, err))
 	}
 }
 
 // HandleCQE implements clientq.Transport.
 func (t *queueTransport) HandleCQE(cqe *uring.CQE) {
-	if cqe.UserData&clientq.UDKind == udPoll {
+	switch cqe.UserData & clientq.UDKind {
+	case udPoll:
 		if qc := t.core.SlotConn(cqe.UserData); qc != nil {
 			t.onPoll(qc, cqe.Res)
+		}
+	case udEvRead:
+		// It failed (conn.armWait); the wait's POLL_ADD, after it in
+		// the ring, is still to complete.
+		if qc := t.core.SlotConn(cqe.UserData); qc != nil && !qc.Dead {
+			if err := qc.cn.readFailed(cqe.Res); err != nil {
+				t.Fail(qc, err.Error())
+			}
 		}
 	}
 }
@@ -452,11 +461,7 @@ func (t *queueTransport) Fail(qc *qconn, why string) {
 		t.core.FailOver(qc)
 	}
 	if qc.pollOn {
-		target := uint64(udPoll)
-		if qc.cn.readEvents {
-			target = udPollHd // removing it cancels the READ linked to it
-		}
-		t.core.SQE().PrepPollRemove(t.core.UDBase|target|uint64(qc.Slot), t.core.UDBase|udCancel)
+		t.core.SQE().PrepPollRemove(t.core.UDBase|udPoll|uint64(qc.Slot), t.core.UDBase|udCancel)
 	}
 	t.reap(qc)
 }

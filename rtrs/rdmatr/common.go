@@ -40,8 +40,10 @@ type conn struct {
 	rbuf  []byte // nrecv slots of recvSlot bytes (plus extra room, see newConn)
 	rmr   *rdma.MR
 	// readEvents: a loop's wait for the channel reads the event itself
-	// (armWait); event is where that READ puts it.
+	// (armWait); event is where that READ puts it, and eventDue says the
+	// last wait ended on an event that the next wait is to read.
 	readEvents bool
+	eventDue   bool
 	event      uint64
 }
 
@@ -173,17 +175,26 @@ func (c *conn) drainEvents() error {
 }
 
 // armWait prepares in ring the wait of an event loop for the connection's
-// next completion event. The entry with user data ud ends the wait; give
-// its result to endWait, then, to go on with the connection, call rearm
-// and poll the CQ empty. Where the channel's events are readable
-// (rdma.CompChannel.ReadableEvents) the wait is a POLL_ADD of the channel
-// (user data head, a completion to ignore; removing it ends the wait)
-// linked to a READ of the event (ud): the event then
-// comes with the wake-up, and rearm need not read(2) it, one system call
-// fewer per wake-up. Otherwise it is a POLL_ADD alone (ud).
-func (c *conn) armWait(ring *uring.Ring, head, ud uint64) error {
+// next completion event: a POLL_ADD of its channel with user data ud. Give
+// the result of that entry to endWait; then, to go on with the connection,
+// call rearm, poll the CQ empty and arm the next wait.
+//
+// Where the channel's events are readable (rdma.CompChannel.ReadableEvents)
+// the event that ended the previous wait is taken here too, without a
+// read(2): a READ of it (user data readUD) goes before the POLL_ADD, with
+// IOSQE_CQE_SKIP_SUCCESS. It runs inline in the io_uring_enter that submits
+// the wait, since the event is there: the last wait found the channel
+// readable, and only this READ takes its events. (Of an empty channel
+// io_uring would wait for the next event, as for any O_NONBLOCK file, and
+// the POLL_ADD behind it could miss that event.) It makes a completion
+// only if it fails (give that to readFailed): the wake-up costs that one
+// io_uring_enter. A READ linked behind the POLL_ADD instead came as deferred
+// task work after the POLL_ADD's completion, which alone satisfied the wait:
+// the loop entered again for the READ's (and on Linux 7.3 such a chain with
+// IOSQE_CQE_SKIP_SUCCESS on the POLL_ADD never completed the READ).
+func (c *conn) armWait(ring *uring.Ring, readUD, ud uint64) error {
 	fd := int32(c.cc.Fd())
-	if !c.readEvents {
+	if !c.eventDue {
 		s, err := ring.NextSQE()
 		if err != nil {
 			return err
@@ -192,36 +203,48 @@ func (c *conn) armWait(ring *uring.Ring, head, ud uint64) error {
 		return nil
 	}
 	if err := ring.Reserve(2); err != nil {
-		return err
+		return err // the READ and the POLL_ADD after it go in one submission
 	}
-	p := ring.GetSQE()
-	p.PrepPollAdd(fd, unix.POLLIN, false, head)
-	// Not with SQECQESkipSuccess: in the lab (Linux 7.3, a loop ring)
-	// no completion of the READ behind such a POLL_ADD came within 20s,
-	// and the process then hung.
-	p.Flags |= uring.SQEIOLink
-	// The channel is non-blocking and not FMODE_NOWAIT: io_uring does not
-	// wait in a READ of it, which is why the POLL_ADD comes first.
+	c.eventDue = false
 	c.event = 0
-	ring.GetSQE().PrepRead(fd, unsafe.Pointer(&c.event), rdma.EventSize, ^uint64(0), ud)
+	r := ring.GetSQE()
+	r.PrepRead(fd, unsafe.Pointer(&c.event), rdma.EventSize, ^uint64(0), readUD)
+	r.Flags |= uring.SQECQESkipSuccess
+	ring.GetSQE().PrepPollAdd(fd, unix.POLLIN, false, ud)
 	return nil
 }
 
-// endWait ends a wait of armWait whose last entry completed with res: an
-// event the wait read is acknowledged. Call it for every wait that ends,
-// also one of a connection going away, or destroying the CQ waits for the
-// event forever.
+// endWait ends a wait of armWait whose POLL_ADD completed with res. The
+// event that the wait's READ took, which ran before the POLL_ADD could
+// complete, is acknowledged; an event that ended this wait is read by the
+// next one. Call it for every wait that ends, also one of a connection
+// going away, or destroying the CQ waits for the event forever.
 func (c *conn) endWait(res int32) error {
 	if !c.readEvents {
 		return nil // the event, if any, is still in the channel: see rearm
 	}
-	switch res {
-	case rdma.EventSize:
-		ev := c.event
+	var err error
+	if ev := c.event; ev != 0 {
 		c.event = 0
-		return c.cq.AckRead(ev)
-	case -int32(unix.EAGAIN), -int32(unix.ECANCELED):
-		return nil // no event read: none was pending, or the wait was removed
+		err = c.cq.AckRead(ev)
+	}
+	switch {
+	case res > 0 && res&unix.POLLIN != 0:
+		c.eventDue = true
+	case res > 0:
+		return fmt.Errorf("rtrs/rdmatr: completion channel: poll events %#x: %w", res, unix.EIO)
+	case res < 0 && res != -int32(unix.ECANCELED):
+		return fmt.Errorf("rtrs/rdmatr: poll completion channel: %w", unix.Errno(-res))
+	}
+	return err
+}
+
+// readFailed handles the completion of a wait's READ, which comes only when
+// it failed with errno -res: an error, unless it took nothing because the
+// ring went away (ECANCELED) or another reader was first (EAGAIN).
+func (c *conn) readFailed(res int32) error {
+	if res == -int32(unix.EAGAIN) || res == -int32(unix.ECANCELED) {
+		return nil
 	}
 	if res < 0 {
 		return fmt.Errorf("rtrs/rdmatr: read completion event: %w", unix.Errno(-res))
@@ -230,8 +253,11 @@ func (c *conn) endWait(res int32) error {
 }
 
 // dropWait is endWait for a wait whose ring went away before its
-// completion was reaped: an event its READ took is acknowledged.
+// completion was reaped: an event its READ took is acknowledged, and an
+// event left in the channel is taken by the next wait's READ (the new
+// ring's POLL_ADD finds the channel readable).
 func (c *conn) dropWait() {
+	c.eventDue = false
 	if c.readEvents && c.event != 0 {
 		ev := c.event
 		c.event = 0

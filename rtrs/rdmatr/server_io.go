@@ -42,9 +42,9 @@ func (sc *serverConn) stopped() bool {
 }
 
 // serveBatch handles a wake-up of the connection's completion channel on
-// its loop's thread: it takes the event (if the wait did not), re-arms the CQ, and polls it
-// empty, serving each request, then re-posts the receives. The answers
-// go out at the end of the loop's batch (serverLoop.endBatch), with one
+// its loop's thread: it re-arms the CQ (taking the event first where the
+// next wait does not read it: conn.armWait) and polls it empty, serving
+// each request, then re-posts the receives. The answers go out at the end of the loop's batch (serverLoop.endBatch), with one
 // ibv_post_send. It returns false when the connection must not be polled
 // again: its path is shut, or closing (it started that).
 func (sc *serverConn) serveBatch() bool {

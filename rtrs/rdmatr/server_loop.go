@@ -55,7 +55,7 @@ const (
 	udSrvCancel  = 2 << 56
 	udSrvWake    = 3 << 56
 	udSrvBackend = 4 << 56
-	udSrvPollHd  = 5 << 56 // the POLL_ADD before a wait's READ: see conn.armWait
+	udSrvEvRead  = 5 << 56 // the READ of a completion event before a wait: see conn.armWait
 	udSrvKind    = 0xf << 56
 )
 
@@ -259,7 +259,7 @@ func (l *serverLoop) armWake() {
 
 func (l *serverLoop) armPoll(sc *serverConn) {
 	sc.pollOn = true
-	if err := sc.c.armWait(l.ring, udSrvPollHd|uint64(sc.loopSlot), udSrvPoll|uint64(sc.loopSlot)); err != nil {
+	if err := sc.c.armWait(l.ring, udSrvEvRead|uint64(sc.loopSlot), udSrvPoll|uint64(sc.loopSlot)); err != nil {
 		panic(fmt.Sprintf("rtrs/rdmatr server loop: submit: %v", err))
 	}
 }
@@ -274,6 +274,20 @@ func (l *serverLoop) handleCQE(cqe *uring.CQE) {
 	case udSrvBackend:
 		if slot := int(uint32(cqe.UserData)); slot < len(l.backend) && l.backend[slot] != nil {
 			l.backendDone(slot, cqe.Res)
+		}
+	case udSrvEvRead:
+		// It failed (conn.armWait); the wait's POLL_ADD, after it in
+		// the ring, is still to complete.
+		slot := int(uint32(cqe.UserData))
+		if slot >= len(l.conns) || l.conns[slot] == nil {
+			return
+		}
+		if sc := l.conns[slot]; !sc.removing && !sc.stopped() {
+			if err := sc.c.readFailed(cqe.Res); err != nil {
+				s := sc.p.sess.s
+				s.logf("path %v cid %d: %v", sc.local, sc.c.cid, err)
+				go s.closePath(sc.p)
+			}
 		}
 	case udSrvPoll:
 		slot := int(uint32(cqe.UserData))
@@ -327,11 +341,7 @@ func (l *serverLoop) handleMsg(m loopMsg) {
 		}
 		sc.removing = true
 		if sc.pollOn {
-			target := uint64(udSrvPoll)
-			if sc.c.readEvents {
-				target = udSrvPollHd // removing it cancels the READ linked to it
-			}
-			l.sqe().PrepPollRemove(target|uint64(sc.loopSlot), udSrvCancel)
+			l.sqe().PrepPollRemove(udSrvPoll|uint64(sc.loopSlot), udSrvCancel)
 			return // released when the wait ends
 		}
 		l.release(sc)
