@@ -44,9 +44,10 @@ func (sc *serverConn) stopped() bool {
 // serveBatch handles a wake-up of the connection's completion channel on
 // its loop's thread: it re-arms the CQ (taking the event first where the
 // next wait does not read it: conn.armWait) and polls it empty, serving
-// each request, then re-posts the receives. The answers go out at the end of the loop's batch (serverLoop.endBatch), with one
-// ibv_post_send. It returns false when the connection must not be polled
-// again: its path is shut, or closing (it started that).
+// each request, then re-posts the receives. The answers go out at the end
+// of the loop's batch (serverLoop.endBatch), with one ibv_post_send. It
+// returns false when the connection must not be polled again: its path is
+// shut, or closing (it started that).
 func (sc *serverConn) serveBatch() bool {
 	s := sc.p.sess.s
 	if err := sc.c.rearm(); err != nil {
