@@ -240,10 +240,10 @@ func (c *conn) endWait(res int32) error {
 }
 
 // readFailed handles the completion of a wait's READ, which comes only when
-// it failed with errno -res: an error, unless it took nothing because the
-// ring went away (ECANCELED) or another reader was first (EAGAIN).
+// it failed with errno -res: an error, unless the ring went away first
+// (ECANCELED).
 func (c *conn) readFailed(res int32) error {
-	if res == -int32(unix.EAGAIN) || res == -int32(unix.ECANCELED) {
+	if res == -int32(unix.ECANCELED) {
 		return nil
 	}
 	if res < 0 {

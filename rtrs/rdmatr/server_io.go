@@ -31,6 +31,14 @@ func (sc *serverConn) isDead() bool {
 	return sc.dead
 }
 
+// closeFor logs err and closes the connection's path, off the loop's
+// thread: closing waits for the loop to let go of the path's connections.
+func (sc *serverConn) closeFor(err error) {
+	s := sc.p.sess.s
+	s.logf("path %v cid %d: %v", sc.local, sc.c.cid, err)
+	go s.closePath(sc.p)
+}
+
 // stopped reports whether the connection's path was shut.
 func (sc *serverConn) stopped() bool {
 	select {
@@ -51,16 +59,14 @@ func (sc *serverConn) stopped() bool {
 func (sc *serverConn) serveBatch() bool {
 	s := sc.p.sess.s
 	if err := sc.c.rearm(); err != nil {
-		s.logf("path %v cid %d: %v", sc.local, sc.c.cid, err)
-		go s.closePath(sc.p)
+		sc.closeFor(err)
 		return false
 	}
 	wcs := sc.loop.wcs
 	for {
 		n, err := sc.c.cq.Poll(wcs)
 		if err != nil {
-			s.logf("path %v cid %d: %v", sc.local, sc.c.cid, err)
-			go s.closePath(sc.p)
+			sc.closeFor(err)
 			return false
 		}
 		if sc.stopped() {

@@ -278,23 +278,16 @@ func (l *serverLoop) handleCQE(cqe *uring.CQE) {
 	case udSrvEvRead:
 		// It failed (conn.armWait); the wait's POLL_ADD, after it in
 		// the ring, is still to complete.
-		slot := int(uint32(cqe.UserData))
-		if slot >= len(l.conns) || l.conns[slot] == nil {
-			return
-		}
-		if sc := l.conns[slot]; !sc.removing && !sc.stopped() {
+		if sc := l.connOf(cqe.UserData); sc != nil && !sc.removing && !sc.stopped() {
 			if err := sc.c.readFailed(cqe.Res); err != nil {
-				s := sc.p.sess.s
-				s.logf("path %v cid %d: %v", sc.local, sc.c.cid, err)
-				go s.closePath(sc.p)
+				sc.closeFor(err)
 			}
 		}
 	case udSrvPoll:
-		slot := int(uint32(cqe.UserData))
-		if slot >= len(l.conns) || l.conns[slot] == nil {
+		sc := l.connOf(cqe.UserData)
+		if sc == nil {
 			return
 		}
-		sc := l.conns[slot]
 		sc.pollOn = false
 		err := sc.c.endWait(cqe.Res)
 		if sc.removing || sc.stopped() {
@@ -302,9 +295,7 @@ func (l *serverLoop) handleCQE(cqe *uring.CQE) {
 			return
 		}
 		if err != nil {
-			s := sc.p.sess.s
-			s.logf("path %v cid %d: %v", sc.local, sc.c.cid, err)
-			go s.closePath(sc.p)
+			sc.closeFor(err)
 			return // its remove message lets the connection go
 		}
 		if !sc.serveBatch() {
@@ -314,6 +305,15 @@ func (l *serverLoop) handleCQE(cqe *uring.CQE) {
 		}
 		l.armPoll(sc)
 	}
+}
+
+// connOf returns the connection in the slot of a ring entry's user data,
+// or nil.
+func (l *serverLoop) connOf(userData uint64) *serverConn {
+	if slot := int(uint32(userData)); slot < len(l.conns) {
+		return l.conns[slot]
+	}
+	return nil
 }
 
 func (l *serverLoop) handleMsg(m loopMsg) {
