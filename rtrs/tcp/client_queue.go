@@ -58,9 +58,10 @@ type qconn struct {
 	rbuf          []byte
 	sendq         permitRing // the requests to write, by permit, in order
 	iov           [64]unix.Iovec
-	recvOn        bool // a RECV is in the ring
-	direct        bool // that RECV reads into the payload of a frame, not rbuf
-	large         bool // the last frame had a large payload: see armRecv
+	riov          [2]unix.Iovec // a direct RECV's: the payload tail, then rbuf
+	recvOn        bool          // a RECV is in the ring
+	direct        bool          // that RECV reads into the payload of a frame first, then rbuf
+	large         bool          // the last frame had a large payload: see armRecv
 	// failOver: the connection failed while a direct RECV was in the ring;
 	// its requests fail over when that RECV ends, not before, or the
 	// kernel could still copy stale data into a buffer already reused.
@@ -236,18 +237,28 @@ func (t *queueTransport) AttachConn(a attachMsg) {
 
 func (t *queueTransport) armRecv(qc *qconn) {
 	qc.recvOn = true
-	buf := qc.rbuf
 	qc.direct = false
+	s := t.core.SQE()
+	ud := t.core.UDBase | udRecv | uint64(qc.Slot)
 	tail := qc.dec.PayloadTail()
 	if len(tail) >= directRecvMin {
-		buf, qc.direct = tail, true
-	} else if len(tail) == 0 && qc.large {
+		// The rest of the payload straight into place, and in the same
+		// read what follows it (the next answer's header) into rbuf: a
+		// large answer then costs one RECV, not one for its payload and
+		// another for the next header.
+		qc.direct = true
+		qc.riov[0].Base, qc.riov[0].Len = &tail[0], uint64(len(tail))
+		qc.riov[1].Base, qc.riov[1].Len = &qc.rbuf[0], uint64(directRecvMin/4)
+		s.PrepReadv(int32(qc.fd), qc.riov[:], ^uint64(0), ud)
+		return
+	}
+	buf := qc.rbuf
+	if len(tail) == 0 && qc.large {
 		// Large answers come in a row: read little beyond the next
 		// header, and the rest of its payload straight into place.
 		buf = qc.rbuf[:directRecvMin/4]
 	}
-	s := t.core.SQE()
-	s.PrepRead(int32(qc.fd), unsafe.Pointer(&buf[0]), uint32(len(buf)), ^uint64(0), t.core.UDBase|udRecv|uint64(qc.Slot))
+	s.PrepRead(int32(qc.fd), unsafe.Pointer(&buf[0]), uint32(len(buf)), ^uint64(0), ud)
 }
 
 // directRecvMin is the least payload still to come that is read straight
@@ -392,8 +403,14 @@ func (t *queueTransport) onRecv(qc *qconn, res int32) {
 	}
 	frames := 0
 	defer func() { qc.Path.Stats().RecordPoll(t.core.ID, frames) }()
-	if direct {
-		f, err := qc.dec.Filled(int(res))
+	var b []byte
+	if !direct {
+		b = qc.rbuf[:res]
+	} else {
+		// The payload tail is what it was when the RECV was armed: only
+		// this loop feeds the decoder.
+		n := min(int(res), len(qc.dec.PayloadTail()))
+		f, err := qc.dec.Filled(n)
 		if err != nil {
 			t.Fail(qc, "bad frame")
 			return
@@ -405,10 +422,8 @@ func (t *queueTransport) onRecv(qc *qconn, res int32) {
 				return
 			}
 		}
-		t.armRecv(qc)
-		return
+		b = qc.rbuf[:int(res)-n]
 	}
-	b := qc.rbuf[:res]
 	for len(b) > 0 {
 		n, f, err := qc.dec.Feed(b)
 		b = b[n:]

@@ -85,7 +85,9 @@
 // connection. Answers are read by an io_uring read into a per-connection
 // buffer and read data is copied into the request's buffer, except that
 // the rest of a large payload (16 KiB or more still to come) is read by
-// the kernel straight into the request's buffer; Done runs on the queue's
+// the kernel straight into the request's buffer, by a readv whose second
+// part takes what follows into the connection's buffer (the next
+// answer's header: one read per large answer); Done runs on the queue's
 // thread. Without a permit or a usable path a request
 // waits in its queue (a queue that returns a permit wakes queues waiting
 // for one), so a slow server pushes back on the submitters instead of
