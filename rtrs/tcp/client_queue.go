@@ -248,7 +248,7 @@ func (t *queueTransport) armRecv(qc *qconn) {
 		// another for the next header.
 		qc.direct = true
 		qc.riov[0].Base, qc.riov[0].Len = &tail[0], uint64(len(tail))
-		qc.riov[1].Base, qc.riov[1].Len = &qc.rbuf[0], uint64(directRecvMin/4)
+		qc.riov[1].Base, qc.riov[1].Len = &qc.rbuf[0], uint64(headRead)
 		s.PrepReadv(int32(qc.fd), qc.riov[:], ^uint64(0), ud)
 		return
 	}
@@ -256,7 +256,7 @@ func (t *queueTransport) armRecv(qc *qconn) {
 	if len(tail) == 0 && qc.large {
 		// Large answers come in a row: read little beyond the next
 		// header, and the rest of its payload straight into place.
-		buf = qc.rbuf[:directRecvMin/4]
+		buf = qc.rbuf[:headRead]
 	}
 	s.PrepRead(int32(qc.fd), unsafe.Pointer(&buf[0]), uint32(len(buf)), ^uint64(0), ud)
 }
@@ -266,6 +266,10 @@ func (t *queueTransport) armRecv(qc *qconn) {
 // then cross memory once instead of twice. Smaller rests are not worth
 // the extra RECV.
 const directRecvMin = 16 << 10
+
+// headRead is how much of rbuf a read takes where a large answer's header
+// is due: the header and a little of what follows, not the payload.
+const headRead = directRecvMin / 4
 
 // Submit sends r. It never blocks: without a free permit or a usable path
 // the request waits in the queue, and is sent when a permit is returned or
