@@ -15,20 +15,40 @@ import (
 // directly; over TCP writes are sent from it and read data of 16 KiB and
 // more is read into it straight from the socket, smaller read data is
 // copied once from the connection's receive buffer.
+//
+// Over TCP, where the driver offers zero copy (ublk.FlagAutoBufReg), the
+// requests' own pages are in the ring instead (ublk.ZeroCopier): the
+// socket's reads put the end of a read's answer of 16 KiB or more straight
+// into them, and what came into the tag's buffer (the answer's first bytes,
+// or all of a small one) is copied into them after; a write's data is
+// copied from them into the tag's buffer before it is sent.
 type target struct{ d *Device }
+
+// ZeroCopy implements ublk.ZeroCopier: over TCP (not over RDMA, whose
+// adapter reaches only the registered region).
+func (t *target) ZeroCopy() bool { return t.d.c.t.fixedReads }
 
 // queue is one ublk queue's half of the target.
 type queue struct {
-	d   *Device
-	uq  *ublk.Queue
-	rq  *blockQueue
-	buf [][]byte // each tag's data, for the completion's byte count
-	usr [][IOSize]byte
-	cqe uring.CQE
+	d     *Device
+	uq    *ublk.Queue
+	rq    *blockQueue
+	buf   [][]byte // each tag's data, for the completion's byte count
+	fixed []bool   // each tag's: a read into the request's own pages (zero copy)
+	usr   [][IOSize]byte
+	cqe   uring.CQE
 }
 
+// User data of the queue's copies between a tag's buffer and its
+// request's pages (ublk.Queue.CopyFromRequest, CopyToRequest), tag in the
+// low 16 bits; the RTRS queue's entries use bits 56-59 and below.
+const (
+	udCopyIn  = 1 << 62 // a write's data, before it is sent
+	udCopyOut = 1 << 61 // a read's data that came into the tag's buffer
+)
+
 func (t *target) NewQueue(uq *ublk.Queue) (ublk.QueueHandler, error) {
-	q := &queue{d: t.d, uq: uq, buf: make([][]byte, uq.Depth()), usr: make([][IOSize]byte, uq.Depth())}
+	q := &queue{d: t.d, uq: uq, buf: make([][]byte, uq.Depth()), fixed: make([]bool, uq.Depth()), usr: make([][IOSize]byte, uq.Depth())}
 	q.rq = t.d.c.t.blockQueue(t.d.block, int(uq.ID()), unix.Gettid(), uq.Ring(), ublk.TargetUserData(0), uq.Depth(), q.done)
 	t.d.mu.Lock()
 	t.d.queues = append(t.d.queues, q)
@@ -91,22 +111,56 @@ func (q *queue) Handle(tag uint16, req *ublk.Request) {
 		return
 	}
 	q.buf[tag] = req.Buf
-	if err := q.rq.submit(tag, !op.RTRSRead(), usr, req.Buf); err != nil {
+	q.fixed[tag] = req.Fixed && op == OpRead
+	if req.Fixed && op == OpWrite {
+		// The data is in the request's pages only: into the tag's buffer.
+		q.uq.CopyFromRequest(tag, 0, req.Buf, ublk.TargetUserData(udCopyIn|uint64(tag)))
+		return
+	}
+	q.send(tag, !op.RTRSRead())
+}
+
+// send submits the RNBD message and data of tag to RTRS.
+func (q *queue) send(tag uint16, write bool) {
+	if err := q.rq.submit(tag, write, q.fixed[tag], q.usr[tag][:], q.buf[tag]); err != nil {
 		q.uq.Complete(tag, -int32(syscall.EINVAL))
 	}
 }
 
 func (q *queue) done(tag uint16, errno int) {
-	res := int32(errno)
-	if errno == 0 {
+	if errno == 0 && q.fixed[tag] {
+		if n := q.rq.split(tag); n > 0 {
+			q.uq.CopyToRequest(tag, 0, q.buf[tag][:n], ublk.TargetUserData(udCopyOut|uint64(tag)))
+			return
+		}
+	}
+	q.complete(tag, int32(errno))
+}
+
+// complete ends the request of tag: res 0 is success, with all its bytes.
+func (q *queue) complete(tag uint16, res int32) {
+	if res == 0 {
 		res = int32(len(q.buf[tag]))
 	}
 	q.uq.Complete(tag, res)
 }
 
 func (q *queue) OnCompletion(ud uint64, res int32, flags uint32) {
-	q.cqe = uring.CQE{UserData: ud, Res: res, Flags: flags}
-	q.rq.q.HandleCQE(&q.cqe)
+	v := ublk.TargetValue(ud)
+	tag := uint16(v)
+	switch {
+	case v&udCopyIn != 0:
+		if res < 0 {
+			q.uq.Complete(tag, res)
+			return
+		}
+		q.send(tag, true)
+	case v&udCopyOut != 0:
+		q.complete(tag, min(res, 0))
+	default:
+		q.cqe = uring.CQE{UserData: ud, Res: res, Flags: flags}
+		q.rq.q.HandleCQE(&q.cqe)
+	}
 }
 
 func (q *queue) Flush()       { q.rq.q.Flush() }

@@ -47,7 +47,10 @@ type transport struct {
 	// mem is the registered memory of an RDMA session, which the tags'
 	// buffers and admin answers must come from; nil over TCP (any memory).
 	mem     *regionMemory
-	cqs     func() []rdmatr.CQInfo // RDMA: the connections' completion queues
+	// fixedReads: the queues read answers straight into a fixed buffer
+	// of the ring (rtrs.Request.Fixed), as over TCP.
+	fixedReads bool
+	cqs        func() []rdmatr.CQInfo // RDMA: the connections' completion queues
 	threads queueThreads           // per RTRS queue, the thread driving it
 }
 
@@ -73,7 +76,9 @@ func dialTCP(ctx context.Context, cfg rtrs.ClientConfig, maxDevices int) (*trans
 	if err != nil {
 		return nil, err
 	}
-	return newTransport(c, func(i int) rtrs.Queue { return c.Queue(i) }, c.Admin(), n, maxDevices), nil
+	t := newTransport(c, func(i int) rtrs.Queue { return c.Queue(i) }, c.Admin(), n, maxDevices)
+	t.fixedReads = true
+	return t, nil
 }
 
 func dialRDMA(ctx context.Context, cfg rtrs.ClientConfig, maxDevices int) (*transport, error) {
@@ -209,10 +214,23 @@ func (t *transport) blockQueue(block, i, tid int, ring *uring.Ring, base uint64,
 	return bq
 }
 
-func (bq *blockQueue) submit(tag uint16, write bool, usr, data []byte) error {
+// submit sends the request of tag; fixed says that its data has pages of
+// its own, fixed buffer tag of the ring (a zero-copy ublk request), which a
+// read may be answered into in part (split).
+func (bq *blockQueue) submit(tag uint16, write, fixed bool, usr, data []byte) error {
 	r := &bq.reqs[tag]
 	r.Write, r.Usr, r.Data = write, usr, data
+	r.Fixed, r.BufIndex, r.FixedBase, r.Split = fixed && !write, tag, 0, len(data)
 	return bq.q.Submit(r)
+}
+
+// split returns how much of the data of tag's read is in its Data, the
+// rest being in its fixed buffer only.
+func (bq *blockQueue) split(tag uint16) int {
+	if r := &bq.reqs[tag]; r.Fixed {
+		return r.Split
+	}
+	return len(bq.reqs[tag].Data)
 }
 
 func (bq *blockQueue) onDone(r *rtrs.Request, errno int) { bq.done(uint16(r.Tag), errno) }

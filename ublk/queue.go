@@ -37,6 +37,7 @@ type Queue struct {
 	// autoBufReg: the kernel installs each request's pages as fixed
 	// buffer (tag) of the ring (FlagAutoBufReg), and no data is copied.
 	autoBufReg bool
+	copier     copier      // CopyToRequest and CopyFromRequest, with autoBufReg
 	batch      *batchQueue // its state, made by setup
 	err        error
 
@@ -261,6 +262,9 @@ func (q *Queue) handleCQE(cqe *uring.CQE) {
 		return
 	case cqe.UserData == userDataWake:
 		return // a handover: the loop sees draining
+	case cqe.UserData&userDataCopy != 0:
+		q.copyDone(cqe)
+		return
 	case q.batch != nil:
 		q.handleBatchCQE(cqe)
 		return
@@ -305,6 +309,7 @@ func (q *Queue) dispatch(tag uint16) {
 		}
 		if q.autoBufReg {
 			req.Fixed, req.BufIndex = true, tag
+			req.Buf = q.Buffer(tag)[:n] // scratch
 		} else {
 			req.Buf = q.Buffer(tag)[:n]
 		}
@@ -317,6 +322,7 @@ func (q *Queue) teardown() {
 		q.handler.Close()
 		q.handler = nil
 	}
+	q.copier.close()
 	if q.batch != nil && q.batch.fetchBufs != nil {
 		q.batch.fetchBufs.Close()
 	}

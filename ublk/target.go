@@ -46,7 +46,10 @@ type Request struct {
 	// Fixed says that a read's or write's data is not in Buf (nil) but in
 	// the request's own pages, which the kernel installed as fixed buffer
 	// BufIndex of the queue's ring (see ZeroCopier): the target moves it
-	// with PrepReadFixedAt and PrepWriteFixedAt, at offsets from 0.
+	// with PrepReadFixedAt and PrepWriteFixedAt, at offsets from 0, or
+	// copies between them and Buf, which is then the tag's buffer as
+	// scratch that the kernel neither fills nor reads, with
+	// Queue.CopyToRequest and CopyFromRequest.
 	Fixed    bool
 	BufIndex uint16
 }

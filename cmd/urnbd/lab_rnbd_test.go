@@ -145,6 +145,11 @@ func TestLabCLIMapOverTCP(t *testing.T) {
 				t.Errorf("%s: ublk_features %v lack %s, which urnbd uses on this kernel", e.Device, e.Features, f)
 			}
 		}
+		// Over TCP the requests' own pages are used where the driver
+		// offers it (zero copy: reads received into them).
+		if zc := slices.Contains(features.Offered, "auto_buf_reg"); slices.Contains(e.Features, "auto_buf_reg") != zc {
+			t.Errorf("%s: ublk_features %v; zero copy (auto_buf_reg) offered: %v, so want it used: %v", e.Device, e.Features, zc, zc)
+		}
 		for _, f := range e.Features {
 			if !slices.Contains(features.Offered, f) {
 				t.Errorf("%s: ublk_features %v has %s, which the driver does not offer (%v)", e.Device, e.Features, f, features.Offered)

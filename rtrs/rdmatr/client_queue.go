@@ -243,6 +243,9 @@ func (q *ClientQueue) Submit(r *Request) error {
 	if err := q.c.params.CheckRequest(r); err != nil {
 		return fmt.Errorf("rtrs/rdmatr: %w", err)
 	}
+	if r.Fixed {
+		return fmt.Errorf("rtrs/rdmatr: a request in a fixed buffer of the ring: RDMA reaches only the registered region: %w", syscall.EINVAL)
+	}
 	if _, _, ok := q.c.regionPart(r.Data); !ok {
 		return fmt.Errorf("rtrs/rdmatr: request data is not inside one registered part of the region: %w", syscall.EINVAL)
 	}

@@ -62,6 +62,10 @@ type qconn struct {
 	recvOn        bool          // a RECV is in the ring
 	direct        bool          // that RECV reads into the payload of a frame first, then rbuf
 	large         bool          // the last frame had a large payload: see armRecv
+	// placed is the request whose answer's payload is being read, as
+	// Place gave it, and placedLen that payload's length.
+	placed    *Request
+	placedLen int
 	// failOver: the connection failed while a direct RECV was in the ring;
 	// its requests fail over when that RECV ends, not before, or the
 	// kernel could still copy stale data into a buffer already reused.
@@ -241,6 +245,17 @@ func (t *queueTransport) armRecv(qc *qconn) {
 	s := t.core.SQE()
 	ud := t.core.UDBase | udRecv | uint64(qc.Slot)
 	tail := qc.dec.PayloadTail()
+	if r := qc.placed; len(tail) > 0 && r != nil && r.Fixed && &tail[len(tail)-1] == &r.Data[qc.placedLen-1] {
+		// The rest of the payload into the request's own fixed buffer,
+		// once any of it goes there: what came with the header is in Data
+		// (Split).
+		if off := qc.placedLen - len(tail); r.Split < qc.placedLen || len(tail) >= directRecvMin {
+			r.Split = min(r.Split, off)
+			qc.direct = true
+			s.PrepReadFixedAt(int32(qc.fd), r.FixedBase+uint64(off), uint32(len(tail)), ^uint64(0), r.BufIndex, ud)
+			return
+		}
+	}
 	if len(tail) >= directRecvMin {
 		// The rest of the payload straight into place, and in the same
 		// read what follows it (the next answer's header) into rbuf: a
@@ -472,6 +487,7 @@ func (qc *qconn) Place(f *frame.Frame) ([]byte, error) {
 	if r == nil || r.Write || via != qc || int(f.Len) > len(r.Data) {
 		return nil, fmt.Errorf("rtrs/tcp: %d bytes of read data for request %d: %w", f.Len, f.Imm.BufID, rtrs.ErrOutOfRange)
 	}
+	qc.placed, qc.placedLen, r.Split = r, int(f.Len), int(f.Len)
 	return r.Data[:f.Len], nil
 }
 
