@@ -46,12 +46,12 @@ type transport struct {
 	blocks
 	// mem is the registered memory of an RDMA session, which the tags'
 	// buffers and admin answers must come from; nil over TCP (any memory).
-	mem     *regionMemory
+	mem *regionMemory
 	// fixedReads: the queues read answers straight into a fixed buffer
 	// of the ring (rtrs.Request.Fixed), as over TCP.
 	fixedReads bool
 	cqs        func() []rdmatr.CQInfo // RDMA: the connections' completion queues
-	threads queueThreads           // per RTRS queue, the thread driving it
+	threads    queueThreads           // per RTRS queue, the thread driving it
 }
 
 // queuesPerDevice returns the per-CPU queues of each device of a session:

@@ -87,8 +87,11 @@
 // the rest of a large payload (16 KiB or more still to come) is read by
 // the kernel straight into the request's buffer, by a readv whose second
 // part takes what follows into the connection's buffer (the next
-// answer's header: one read per large answer); Done runs on the queue's
-// thread. Without a permit or a usable path a request
+// answer's header: one read per large answer). A read whose request
+// also names a fixed buffer of the ring (Request.Fixed: pages a driver
+// registered there, such as a ublk request's) has that rest read into the
+// fixed buffer instead, by a READ_FIXED, and Split says how much of the
+// answer came into Data before it. Done runs on the queue's thread. Without a permit or a usable path a request
 // waits in its queue (a queue that returns a permit wakes queues waiting
 // for one), so a slow server pushes back on the submitters instead of
 // having requests buffered without bound.
