@@ -91,9 +91,10 @@
 // also names a fixed buffer of the ring (Request.Fixed: pages a driver
 // registered there, such as a ublk request's) has that rest read into the
 // fixed buffer instead, by a READ_FIXED, and Split says how much of the
-// answer came into Data before it. Done runs on the queue's thread. Without a permit or a usable path a request
-// waits in its queue (a queue that returns a permit wakes queues waiting
-// for one), so a slow server pushes back on the submitters instead of
+// answer came into Data before it. Done runs on the queue's thread.
+// Without a permit or a usable path a request waits in its queue (a
+// queue that returns a permit wakes queues waiting for one), so a slow
+// server pushes back on the submitters instead of
 // having requests buffered without bound.
 //
 // When a connection fails (read or write error, end of stream, or a path

@@ -18,7 +18,8 @@ import (
 // connection, into fixed buffers of the queue's ring (Request.Fixed): what
 // Split says is in Data and what is in the fixed buffer must together be
 // the data, the large answers must have gone (mostly) into the fixed
-// buffer and those under directRecvMin not at all, and no frame may be misread.
+// buffer and those under directRecvMin not at all, and no frame may be
+// misread.
 func TestSessionFixedReads(t *testing.T) {
 	b := newMemBackend(4 << 20)
 	rand.New(rand.NewSource(1)).Read(b.mem)
