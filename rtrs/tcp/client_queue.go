@@ -62,6 +62,7 @@ type qconn struct {
 	recvOn        bool          // a RECV is in the ring
 	direct        bool          // that RECV reads into the payload of a frame first, then rbuf
 	large         bool          // the last frame had a large payload: see armRecv
+	largeFixed    bool          // and went into a fixed buffer
 	// placed is the request whose answer's payload is being read, as
 	// Place gave it, and placedLen that payload's length.
 	placed    *Request
@@ -270,8 +271,13 @@ func (t *queueTransport) armRecv(qc *qconn) {
 	buf := qc.rbuf
 	if len(tail) == 0 && qc.large {
 		// Large answers come in a row: read little beyond the next
-		// header, and the rest of its payload straight into place.
+		// header, and the rest of its payload straight into place; into
+		// a fixed buffer, nothing beyond the header, which would have to
+		// be copied in after.
 		buf = qc.rbuf[:headRead]
+		if qc.largeFixed {
+			buf = qc.rbuf[:frame.HeaderSize]
+		}
 	}
 	s.PrepRead(int32(qc.fd), unsafe.Pointer(&buf[0]), uint32(len(buf)), ^uint64(0), ud)
 }
@@ -436,7 +442,7 @@ func (t *queueTransport) onRecv(qc *qconn, res int32) {
 		}
 		if f != nil {
 			frames++
-			qc.large = true
+			qc.setLarge(f)
 			if !t.onFrame(qc, f) {
 				return
 			}
@@ -454,12 +460,20 @@ func (t *queueTransport) onRecv(qc *qconn, res int32) {
 			break
 		}
 		frames++
-		qc.large = len(f.Payload) >= directRecvMin
+		qc.setLarge(f)
 		if !t.onFrame(qc, f) {
 			return
 		}
 	}
 	t.armRecv(qc)
+}
+
+// setLarge notes whether frame f, just read, had a large payload, and
+// whether that went into a fixed buffer.
+func (qc *qconn) setLarge(f *frame.Frame) {
+	qc.large = len(f.Payload) >= directRecvMin
+	r := qc.placed
+	qc.largeFixed = qc.large && r != nil && r.Fixed && &f.Payload[0] == &r.Data[0]
 }
 
 // onFrame completes the request that frame f answers. It returns false if
