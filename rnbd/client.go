@@ -175,6 +175,9 @@ type Device struct {
 	dev    *ublk.Device
 	target *target
 	block  int // the transport's queue block for this device
+	// zeroCopy: the device serves requests from their own pages where the
+	// transport can (MapOptions.ZeroCopy).
+	zeroCopy bool
 
 	mu       sync.Mutex
 	queues   []*queue // the target's, once their threads made them
@@ -187,6 +190,13 @@ type MapOptions struct {
 	Depth int
 	// ID is the ublk device number wanted, -1 for any.
 	ID int
+	// ZeroCopy asks, over TCP, for the requests' own pages where the
+	// driver offers them (ublk.FlagAutoBufReg, Linux 6.16): read data is
+	// then received into them and write data copied out of them, instead
+	// of the driver copying each request through the tag's buffer. Over
+	// RDMA it does nothing. Off by default: in the lab it measured slower
+	// (docs/benchmarks.md).
+	ZeroCopy bool
 }
 
 // Map opens devName on the server and exposes it as a ublk device with the
@@ -196,6 +206,7 @@ func (c *Client) Map(ctx context.Context, ctrl *ublk.Control, devName string, mo
 	if err != nil {
 		return nil, err
 	}
+	d.zeroCopy = opts.ZeroCopy
 	uopts := d.ublkOptions(opts)
 	if uopts.Depth == 0 {
 		uopts.Depth = ublk.DefaultQueueDepth
@@ -231,6 +242,8 @@ func (c *Client) Recover(ctx context.Context, ctrl *ublk.Control, id uint32, dev
 	if err != nil {
 		return nil, err
 	}
+	// The device keeps the data path it was made with.
+	d.zeroCopy = info.Flags&ublk.FlagAutoBufReg != 0
 	return d.serve(ctx, func() (*ublk.Device, error) { return ublk.Recover(ctrl, id, d.target, buffers) })
 }
 

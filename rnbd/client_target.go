@@ -16,7 +16,8 @@ import (
 // more is read into it straight from the socket, smaller read data is
 // copied once from the connection's receive buffer.
 //
-// Over TCP, where the driver offers zero copy (ublk.FlagAutoBufReg), the
+// Over TCP with MapOptions.ZeroCopy, where the driver offers it
+// (ublk.FlagAutoBufReg), the
 // requests' own pages are in the ring instead (ublk.ZeroCopier): the
 // socket's reads put the end of a read's answer of 16 KiB or more straight
 // into them, and what came into the tag's buffer (the answer's first bytes,
@@ -24,9 +25,9 @@ import (
 // copied from them into the tag's buffer before it is sent.
 type target struct{ d *Device }
 
-// ZeroCopy implements ublk.ZeroCopier: over TCP (not over RDMA, whose
-// adapter reaches only the registered region).
-func (t *target) ZeroCopy() bool { return t.d.c.t.fixedReads }
+// ZeroCopy implements ublk.ZeroCopier: when asked for, over TCP (not over
+// RDMA, whose adapter reaches only the registered region).
+func (t *target) ZeroCopy() bool { return t.d.zeroCopy && t.d.c.t.fixedReads }
 
 // queue is one ublk queue's half of the target.
 type queue struct {

@@ -134,7 +134,7 @@ func mapDevice(c *cli.Context, spec *clientd.MapSpec) error {
 		spec.Transport = c.String("transport")
 	}
 	args := daemonArgs(c)
-	req := &clientd.Request{Op: "map", Spec: spec, Queues: c.Int("queues"), Depth: c.Int("depth")}
+	req := &clientd.Request{Op: "map", Spec: spec, Queues: c.Int("queues"), Depth: c.Int("depth"), ZeroCopy: c.Bool("zero-copy")}
 	if c.IsSet("session-devices") {
 		req.SessionDevices = c.Int("session-devices")
 	}
@@ -482,7 +482,7 @@ func (d *clientDaemon) mapDev(req *clientd.Request) (string, error) {
 	if req.Spec == nil {
 		return "", fmt.Errorf("map: no spec: %w", unix.EINVAL)
 	}
-	rec := clientd.Record{Spec: *req.Spec, Queues: req.Queues, SessionDevices: req.SessionDevices}
+	rec := clientd.Record{Spec: *req.Spec, Queues: req.Queues, SessionDevices: req.SessionDevices, ZeroCopy: req.ZeroCopy}
 	dev, err := d.reg.Map(context.Background(), &rec, req.Depth)
 	if err != nil {
 		return "", err

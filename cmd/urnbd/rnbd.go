@@ -323,6 +323,7 @@ func parseMemoryLimit(s string) (int64, error) {
 var mapFlags = append([]cli.Flag{
 	&cli.IntFlag{Name: "queues", Usage: "ublk queues of each device of a new session, each with its RTRS connection per path; 0 = one per CPU"},
 	&cli.IntFlag{Name: "depth", Value: ublk.DefaultQueueDepth, Usage: "requests in flight per queue"},
+	&cli.BoolFlag{Name: "zero-copy", Usage: "over TCP, where the kernel offers it (ublk auto_buf_reg, Linux 6.16), receive read data straight into the requests' pages instead of through the daemon's buffers; off by default, as it measured slower in the lab"},
 	&cli.IntFlag{Name: "session-devices", Value: rnbd.DefaultMaxDevices, Usage: fmt.Sprintf("devices a new session maps at a time, 1..%d: each has its own RTRS connection per queue and path", rnbd.MaxDevicesLimit)},
 	&cli.StringFlag{Name: "transport", Value: clientd.DefaultTransport, Usage: "rdma or tcp, for a new session (also transport= in the map string)"},
 }, daemonFlags...)

@@ -18,6 +18,7 @@ type Request struct {
 	// SessionDevices is --session-devices: 0 when not given.
 	SessionDevices int    `json:"session_devices,omitempty"`
 	Depth          int    `json:"depth,omitempty"`
+	ZeroCopy       bool   `json:"zero_copy,omitempty"` // map --zero-copy
 	Device         uint32 `json:"device,omitempty"`
 	Force          bool   `json:"force,omitempty"`
 	// Size is a resize request's size in bytes: 0 for the server's.

@@ -21,6 +21,8 @@ type Record struct {
 	Spec           MapSpec `json:"spec"`
 	Queues         int     `json:"queues,omitempty"`
 	SessionDevices int     `json:"session_devices,omitempty"`
+	// ZeroCopy is map --zero-copy (rnbd.MapOptions.ZeroCopy).
+	ZeroCopy bool `json:"zero_copy,omitempty"`
 }
 
 // Records are the records of a daemon's mappings, one file per ublk

@@ -104,7 +104,7 @@ func (r *Registry) Map(ctx context.Context, rec *Record, depth int) (*Device, er
 		}
 		return nil
 	}, func(ctx context.Context, s *Session) (*rnbd.Device, error) {
-		dev, err := s.Client.Map(ctx, r.ctrl, spec.DevicePath, spec.Mode, rnbd.MapOptions{ID: -1, Depth: depth})
+		dev, err := s.Client.Map(ctx, r.ctrl, spec.DevicePath, spec.Mode, rnbd.MapOptions{ID: -1, Depth: depth, ZeroCopy: rec.ZeroCopy})
 		if err != nil {
 			return nil, fmt.Errorf("map %s: %w", spec.DevicePath, err)
 		}
