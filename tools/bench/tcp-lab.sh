@@ -10,7 +10,8 @@
 # The runs alternate between them workload by workload, for
 # URNBD_BENCH_ROUNDS rounds (default 1); each figure is its best round.
 # URNBD_BENCH_SERVER_ARGS adds flags to the urnbd server's (e.g.
-# "--backend-io uring").
+# "--backend-io uring"), URNBD_BENCH_MAP_ARGS to the urnbd map (e.g.
+# "--zero-copy").
 # Writes $LAB_OUT/tcp-bench.txt (every run in tcp-bench-runs.txt, the costs
 # per I/O of the urnbd daemons in tcp-bench-costs.txt).
 set -euo pipefail
@@ -52,7 +53,8 @@ nbdsrv=$(cat /run/nbd-server-bench.pid)
 sleep 1
 counting_check
 
-DEV[urnbd-tcp]=$("$URNBD_BIN" map sessname=tcpbench transport=tcp dest_port=1237 path=ip:192.0.2.1@ip:192.0.2.2 device_path=nullb0)
+# shellcheck disable=SC2086 # the flags are words
+DEV[urnbd-tcp]=$("$URNBD_BIN" map ${URNBD_BENCH_MAP_ARGS:-} sessname=tcpbench transport=tcp dest_port=1237 path=ip:192.0.2.1@ip:192.0.2.2 device_path=nullb0)
 nvme_setup tcp /dev/nullb1
 DEV[nvme-tcp]=$nvme_dev
 nbd-client 192.0.2.2 /dev/nbd0 -N bench -C "$(nproc)" >&2 || { echo "tcp-lab: nbd-client failed (log: $(tail -3 "${LAB_OUT:-/tmp}/nbd-server.log"))" >&2; exit 1; }
