@@ -491,6 +491,12 @@ func TestLabConnection(t *testing.T) {
 		ready := func(ms int) bool {
 			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
 			n, err := unix.Poll(fds, ms)
+			for errors.Is(err, unix.EINTR) {
+				// A signal (the Go runtime's preemption) cut the wait
+				// short: wait again, the whole time (the checks below
+				// only get longer waits).
+				n, err = unix.Poll(fds, ms)
+			}
 			if err != nil {
 				t.Fatal(err)
 			}

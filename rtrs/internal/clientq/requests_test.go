@@ -348,7 +348,11 @@ func TestMailboxReplace(t *testing.T) {
 		t.Fatalf("dropped %v, want [10 11]", dropped)
 	}
 	fds := []unix.PollFd{{Fd: int32(b.Fd()), Events: unix.POLLIN}}
-	if n, err := unix.Poll(fds, 1000); err != nil || n != 1 {
+	n, err := unix.Poll(fds, 1000)
+	for errors.Is(err, unix.EINTR) { // the runtime's preemption signal
+		n, err = unix.Poll(fds, 1000)
+	}
+	if err != nil || n != 1 {
 		t.Fatalf("mailbox not readable after Replace: %d, %v", n, err)
 	}
 	var got []int
