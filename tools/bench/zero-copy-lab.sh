@@ -8,7 +8,9 @@
 # Writes $LAB_OUT/zero-copy-bench.txt: per run the IOPS, the client
 # daemon's CPU µs per I/O and its CPU per second of the run (µs per I/O ×
 # IOPS), which tells a data path that costs more CPU per I/O from one that
-# only waits longer (the same CPU per second, fewer I/Os).
+# only waits longer (the same CPU per second, fewer I/Os); then the path
+# statistics of one more 128k read run per mapping
+# ($LAB_OUT/zero-copy-stats-{copy,zerocopy}.{txt,json}).
 set -euo pipefail
 here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
 # shellcheck source=lab-lib.sh
@@ -44,6 +46,17 @@ for ((r = 1; r <= rounds; r++)); do
       echo "zero-copy-lab: round $r $n $rw $bs: $(measured "$n" "${DEV[$n]}" "$rw" "$bs") IOPS" >&2
     done
   done
+done
+counting=
+
+# Then one uncounted 128k read run per mapping with the path statistics
+# reset before it: wc_completion's average is the answers completed per
+# read of the connection, rdma_lat_us the requests' time in RTRS.
+for n in copy zerocopy; do
+  "$URNBD_BIN" stats --reset >/dev/null
+  echo "zero-copy-lab: $n read 128k (statistics): $(fio_iops "${DEV[$n]}" read 128k) IOPS" >&2
+  "$URNBD_BIN" stats >"${LAB_OUT:-/tmp}/zero-copy-stats-$n.txt"
+  "$URNBD_BIN" stats --json >"${LAB_OUT:-/tmp}/zero-copy-stats-$n.json"
 done
 
 out=${LAB_OUT:-/tmp}/zero-copy-bench.txt
