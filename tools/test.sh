@@ -32,12 +32,12 @@ lint() {
   local bad
   bad=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.cache/*'))
   [ -z "$bad" ] || { echo "gofmt would change: $bad"; return 1; }
-  go vet ./...
+  go vet ./... || return 1
   if [ ! -x .cache/bin/staticcheck ]; then
-    GOBIN="$root/.cache/bin" go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
+    GOBIN="$root/.cache/bin" go install honnef.co/go/tools/cmd/staticcheck@v0.8.2 || return 1
   fi
-  .cache/bin/staticcheck ./...
-  tools/bpf-generate.sh # the committed eBPF objects match their sources
+  .cache/bin/staticcheck ./... || return 1
+  tools/bpf-generate.sh || return 1 # the committed eBPF objects match their sources
   systemd_verify
 }
 

@@ -31,11 +31,11 @@ func TestSessionFixedReads(t *testing.T) {
 	const perSize, rounds = 4, 40
 	n := len(sizes) * perSize
 	type slot struct {
-		r          Request
-		usr        [8]byte
-		fixed      []byte
-		off, split int
-		left       int
+		r     Request
+		usr   [8]byte
+		fixed []byte
+		off   int
+		left  int
 	}
 	slots := make([]slot, n)
 	iovs := make([]unix.Iovec, n)
