@@ -29,8 +29,8 @@ bench=${URNBD_RTRSBENCH:-$(dirname -- "$URNBD_BIN")/rtrsbench}
 out=${LAB_OUT:-/tmp}/tcp-parts.txt
 null_blk_devices 3
 "$prov" rdma >/dev/null
-# NVMe/TCP's host connects from 192.0.2.1 to 192.0.2.2 over the veth, as
-# tcp-lab.sh sets it up.
+# Local traffic to 192.0.2.2 takes path 1's route (source 192.0.2.1), so
+# that it crosses the veth rather than lo, as in tcp-lab.sh.
 ip -4 rule add pref 9 iif lo to 192.0.2.2 lookup 100
 
 srv=
