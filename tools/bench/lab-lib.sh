@@ -106,6 +106,11 @@ vm_busy_us() {
   read -r cpu user nice sys idle iow irq sirq steal rest </proc/stat
   echo $(((user + nice + sys + irq + sirq + steal) * 1000000 / $(getconf CLK_TCK)))
 }
+# ublk_pid ID: the pid serving ublk device ID.
+ublk_pid() {
+  "$URNBD_BIN" ublk list --format json |
+    python3 -c 'import json,sys; print(next(d["pid"] for d in json.load(sys.stdin) if d["id"] == int(sys.argv[1])))' "$1"
+}
 # dev_ios DEV: the I/Os the block device has completed so far.
 dev_ios() { local s; read -r -a s <"/sys/block/${1#/dev/}/stat"; echo $((s[0] + s[4])); }
 perf_stop() { kill -INT "$1" 2>/dev/null; wait "$1" 2>/dev/null || true; }

@@ -53,8 +53,7 @@ nvme_setup tcp /dev/nullb1
 DEV[nvme-tcp]=$nvme_dev
 names=(null_blk ublk-null urnbd-tcp nvme-tcp)
 [[ -x $bench ]] && names+=(rtrsbench) || echo "tcp-parts-lab: no $bench: no rtrsbench runs" >&2
-ublk_null_pid=$("$URNBD_BIN" ublk list --format json |
-  python3 -c 'import json,sys; print(next(d["pid"] for d in json.load(sys.stdin) if d["id"] == 7))')
+ublk_null_pid=$(ublk_pid 7)
 client_pid=$(cat "$URNBD_RUN_DIR/client.pid")
 
 # threads FILE: every thread's CPU time so far (clock ticks), with its
@@ -72,10 +71,10 @@ with open(sys.argv[1], "w") as out:
         print(p.split("/")[2], p.split("/")[4], int(f[11]) + int(f[12]), comm.replace(" ", "_"), file=out)
 PY
 }
-# others BEFORE AFTER IOS PID...: the three threads outside PIDs (and fio,
-# and this script's own tools)
-# that took the most CPU between the two snapshots, as NAME=µs per I/O,
-# threads of one kind (kworker/1:2, ksoftirqd/0) summed by kind.
+# others BEFORE AFTER IOS PID...: the three threads outside PIDs, fio and
+# this script's own tools that took the most CPU between the two
+# snapshots, as NAME=µs per I/O, threads of one kind (kworker/1:2,
+# ksoftirqd/0) summed by kind.
 others() {
   python3 - "$@" "$(getconf CLK_TCK)" <<'PY'
 import re, sys
@@ -133,9 +132,9 @@ print(f"fio={fio * 1e6 / ios:.1f} daemon={d * 1e6 / hz / ios:.1f} server={s * 1e
       "$ios" "$(getconf CLK_TCK)" "$fio_s" "$((d1 - d0))" "$((s1 - s0))" "$((q1 - q0))")
     procs+=" others: $(others /tmp/tcp-parts.0 /tmp/tcp-parts.1 "$ios" "$daemon" "$server")"
   fi
-  python3 -c 'import sys; name, rw, bs, iops, c, ios, secs, procs = sys.argv[1:]; ios, w = max(int(ios), 1), f"{rw} {bs}"
-print(f"{name:<10} {w:<13} {iops:>7} {int(c) / ios:9.1f} {int(c) / 1e6 / float(secs):6.2f}  {procs}")' \
-    "$name" "$rw" "$bs" "$iops" "$((c1 - c0))" "$ios" "$(python3 -c "print($t1 - $t0)")" "$procs" | tee -a "$out"
+  python3 -c 'import sys; name, rw, bs, iops, c, ios, t0, t1, procs = sys.argv[1:]; ios, w = max(int(ios), 1), f"{rw} {bs}"
+print(f"{name:<10} {w:<13} {iops:>7} {int(c) / ios:9.1f} {int(c) / 1e6 / (float(t1) - float(t0)):6.2f}  {procs}")' \
+    "$name" "$rw" "$bs" "$iops" "$((c1 - c0))" "$ios" "$t0" "$t1" "$procs" | tee -a "$out"
 }
 
 {

@@ -31,11 +31,6 @@ modprobe ublk_drv
 modprobe loop
 null_blk_devices 1
 
-# ublk_pid ID: the pid serving ublk device ID.
-ublk_pid() {
-  "$URNBD_BIN" ublk list --format json |
-    python3 -c 'import json,sys; print(next(d["pid"] for d in json.load(sys.stdin) if d["id"] == int(sys.argv[1])))' "$1"
-}
 offered() { "$URNBD_BIN" ublk features --format json | python3 -c 'import json,sys; sys.exit(sys.argv[1] not in json.load(sys.stdin)["offered"])' "$1"; }
 
 names=("null_blk")
